@@ -1,0 +1,80 @@
+"""The one exception hierarchy of dpaudit.
+
+Every error a user can cause is a :class:`DpauditError` (a ``ValueError``), so that
+``except ValueError`` keeps working for callers who do not know dpaudit, and the CLI
+turns any of them into one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+
+class DpauditError(ValueError):
+    """Root of every user-facing error in dpaudit."""
+
+
+class ConfigError(DpauditError):
+    """An audit file (or its equivalent dict) is malformed."""
+
+
+class DataError(DpauditError):
+    """A dataset, column, file or split cannot be used as asked."""
+
+
+class InsufficientTrialsError(DpauditError):
+    """Too few trials for any bound to exceed 0."""
+
+
+def check_in_interval(
+    name: str,
+    value: Any,
+    low: float,
+    high: float,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """Return ``value`` as a float if it lies in the stated interval, else raise.
+
+    The message follows scikit-learn's form: "The 'name' parameter must be in
+    (0, 1). Got 2 instead."
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise DpauditError(
+                f"The {name!r} parameter must be a real number. Got {value!r} instead."
+            ) from None
+    value = float(value)
+    left = "(" if low_open else "["
+    right = ")" if high_open else "]"
+    ok = not math.isnan(value)
+    ok = ok and (value > low if low_open else value >= low)
+    ok = ok and (value < high if high_open else value <= high)
+    if not ok:
+        raise DpauditError(
+            f"The {name!r} parameter must be in {left}{_fmt(low)}, {_fmt(high)}{right}. "
+            f"Got {value!r} instead."
+        )
+    return value
+
+
+def check_choice(name: str, value: Any, allowed: Iterable[str]) -> str:
+    """Return ``value`` if it is one of ``allowed``, else raise a message listing them."""
+    allowed = list(allowed)
+    if value not in allowed:
+        options = ", ".join(repr(a) for a in allowed)
+        raise DpauditError(
+            f"The {name!r} parameter must be one of {{{options}}}. Got {value!r} instead."
+        )
+    return value
+
+
+def _fmt(x: float) -> str:
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:g}"
