@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import optimize, special, stats
+from scipy import optimize, special
 
 from dpaudit.errors import DpauditError, check_in_interval
 

@@ -197,7 +197,8 @@ def test_laplace_agrees_with_dp_at_the_corners(eps):
     lap = theory.tradeoff_laplace(ALPHAS, epsilon=eps)
     dp = theory.tradeoff_dp(ALPHAS, epsilon=eps)
     assert np.all(lap >= dp - 1e-12)  # the Laplace mechanism is ε-DP
-    corner = (ALPHAS <= math.exp(-eps) / 2) | (ALPHAS >= 0.5)
+    first_kink = math.exp(-eps) / 2
+    corner = (ALPHAS <= first_kink) | (ALPHAS >= 0.5)
     np.testing.assert_allclose(lap[corner], dp[corner], atol=1e-12)
     assert np.all(lap[~corner] > dp[~corner])  # and strictly inside the region between
 
