@@ -198,7 +198,8 @@ def test_laplace_agrees_with_dp_at_the_corners(eps):
     dp = theory.tradeoff_dp(ALPHAS, epsilon=eps)
     assert np.all(lap >= dp - 1e-12)  # the Laplace mechanism is ε-DP
     first_kink = math.exp(-eps) / 2
-    corner = (ALPHAS <= first_kink) | (ALPHAS >= 0.5)
+    a = ALPHAS
+    corner = (a <= first_kink) | (a >= 0.5)
     np.testing.assert_allclose(lap[corner], dp[corner], atol=1e-12)
     assert np.all(lap[~corner] > dp[~corner])  # and strictly inside the region between
 
