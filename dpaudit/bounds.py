@@ -1,0 +1,667 @@
+"""Empirical lower bounds on ε (for (ε, δ)-DP) and on μ (for μ-GDP).
+
+Every bound here is a statement "the audited procedure is NOT (ε, δ)-DP for any ε below
+``value``", which holds with probability at least ``confidence_level`` over the audit's
+own randomness, provided its trials were independent (or, for the one-run bound, the
+canaries were included by independent fair coins). The corrections that make that true
+are written where they happen:
+
+1. Rates are bounded from above with one-sided Clopper–Pearson limits. An ε (or μ) lower
+   bound needs UPPER limits on both FPR and FNR; each gets (1 − c)/2 of the failure
+   budget, so that both hold jointly with probability ≥ c (union bound).
+2. A threshold chosen by looking at the counted trials voids the level. ``split`` chooses it
+   on one part of the trials and counts on the other; ``bonferroni`` makes the limits hold
+   simultaneously for every threshold (union bound over all cut points of each sample) so
+   that the maximum over thresholds is valid. An uncorrected maximum is never offered.
+
+Pure functions of arrays and numbers; no state, no I/O.
+
+References:
+    Kairouz, Oh, Viswanath (2015), "The composition theorem for differential privacy",
+    Thm. 2.1 (the hypothesis-testing region of (ε, δ)-DP).
+    Dong, Roth, Su (2019/2022), "Gaussian differential privacy", JRSS-B, Def. 2.6
+    (G_μ), Cor. 2.13 (δ_μ(ε)).
+    Jagielski, Ullman, Oprea (2020), "Auditing differentially private machine learning",
+    §3 (Clopper–Pearson ε lower bounds).
+    Nasr, Hayes, Steinke, Balle, Tramèr, Jagielski, Carlini, Terzis (2023), "Tight auditing
+    of differentially private machine learning", §4 (μ-GDP auditing).
+    Steinke, Nasr, Jagielski (2023), "Privacy auditing with one (1) training run",
+    Thm. 3.1 and Prop. 5.2 (the one-run p-value with δ > 0).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from scipy import special
+from scipy import stats as sps
+
+from dpaudit.errors import DpauditError, InsufficientTrialsError, check_choice, check_in_interval
+from dpaudit.stats import (
+    ConfidenceInterval,
+    check_confidence_level,
+    clopper_pearson,
+    clopper_pearson_upper,
+)
+from dpaudit.tradeoff import TradeoffCurve, as_scores
+
+ThresholdStrategy = Literal["split", "bonferroni"]
+THRESHOLD_STRATEGIES: tuple[str, ...] = ("split", "bonferroni")
+
+Validity = Literal["rigorous-multi-run", "rigorous-one-run", "heuristic", "assumes-gdp"]
+VALIDITIES: tuple[str, ...] = ("rigorous-multi-run", "rigorous-one-run", "heuristic", "assumes-gdp")
+
+VALIDITY_MEANING: dict[str, str] = {
+    "rigorous-multi-run": (
+        "holds at the stated confidence because every trial was an independent run of the "
+        "audited procedure"
+    ),
+    "rigorous-one-run": (
+        "holds at the stated confidence because each canary was included by an independent "
+        "fair coin in one run (Steinke, Nasr, Jagielski 2023)"
+    ),
+    "heuristic": (
+        "describes the attack on these examples; the examples are not independent trials, "
+        "so it proves nothing about the DP guarantee"
+    ),
+    "assumes-gdp": (
+        "valid only if the procedure's trade-off curve is Gaussian-shaped (μ-GDP); the μ "
+        "bound itself is rigorous"
+    ),
+}
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class EpsilonBound:
+    """An empirical lower bound on ε at a given δ.
+
+    Attributes:
+        value: The bound (≥ 0).
+        confidence_level: Probability with which the bound holds.
+        delta: The δ at which ε is bounded.
+        method: ``"clopper-pearson"`` or ``"one-run-binomial"``.
+        threshold: ``"split"``, ``"bonferroni"``, ``"fixed"`` (counts given) or ``"top-bottom"``
+            (one-run guesses).
+        validity: One of :data:`VALIDITIES`; see :data:`VALIDITY_MEANING`.
+        fpr: The FPR interval used (its ``high`` entered the bound), if any.
+        fnr: The FNR interval used, if any.
+        threshold_value: The score threshold t of the test ``s ≥ t``, if any.
+        counts: The counts that entered the bound (fp, negatives, fn, positives, or the
+            one-run canaries, guesses, correct).
+        details: Anything else needed to explain the bound (selection split sizes, the
+            number of candidate thresholds, the numerical tolerance, ...).
+    """
+
+    value: float
+    confidence_level: float
+    delta: float
+    method: str
+    threshold: str
+    validity: str
+    fpr: ConfidenceInterval | None = None
+    fnr: ConfidenceInterval | None = None
+    threshold_value: float | None = field(default=None, repr=False)
+    counts: dict[str, int] = field(default_factory=dict, repr=False)
+    details: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "parameter": "epsilon",
+            "value": self.value,
+            "confidence_level": self.confidence_level,
+            "delta": self.delta,
+            "method": self.method,
+            "threshold": self.threshold,
+            "validity": self.validity,
+            "fpr_interval": None if self.fpr is None else list(self.fpr),
+            "fnr_interval": None if self.fnr is None else list(self.fnr),
+            "threshold_value": _json_float(self.threshold_value),
+            "counts": dict(self.counts),
+            "details": _jsonable(self.details),
+        }
+
+
+@dataclass(frozen=True)
+class MuBound:
+    """An empirical lower bound on μ for μ-GDP (same fields as :class:`EpsilonBound`)."""
+
+    value: float
+    confidence_level: float
+    method: str
+    threshold: str
+    validity: str
+    fpr: ConfidenceInterval | None = None
+    fnr: ConfidenceInterval | None = None
+    threshold_value: float | None = field(default=None, repr=False)
+    counts: dict[str, int] = field(default_factory=dict, repr=False)
+    details: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def epsilon(self, delta: float) -> EpsilonBound:
+        """The ε at ``delta`` implied by this μ: valid only under the GDP assumption.
+
+        Solves δ_μ(ε) = δ (Dong, Roth, Su 2019, Cor. 2.13). The result is labelled
+        ``"assumes-gdp"``: it is a lower bound on ε only when the audited trade-off curve
+        is Gaussian-shaped.
+        """
+        from dpaudit import theory
+
+        d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)
+        eps = theory.gdp_epsilon(self.value, d) if self.value > 0 else 0.0
+        return EpsilonBound(
+            value=float(eps),
+            confidence_level=self.confidence_level,
+            delta=d,
+            method=f"{self.method}+gdp",
+            threshold=self.threshold,
+            validity="assumes-gdp",
+            fpr=self.fpr,
+            fnr=self.fnr,
+            threshold_value=self.threshold_value,
+            counts=dict(self.counts),
+            details={"mu_lower_bound": self.value},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "parameter": "mu",
+            "value": self.value,
+            "confidence_level": self.confidence_level,
+            "method": self.method,
+            "threshold": self.threshold,
+            "validity": self.validity,
+            "fpr_interval": None if self.fpr is None else list(self.fpr),
+            "fnr_interval": None if self.fnr is None else list(self.fnr),
+            "threshold_value": _json_float(self.threshold_value),
+            "counts": dict(self.counts),
+            "details": _jsonable(self.details),
+        }
+
+
+# ------------------------------------------------------------------ the two inequalities
+
+
+def epsilon_from_rates(fpr_high: Any, fnr_high: Any, *, delta: float) -> np.ndarray:
+    """ε lower bound from upper limits on FPR and FNR (vectorised).
+
+    (ε, δ)-DP forces every test into the region FPR + e^ε·FNR ≥ 1 − δ and
+    FNR + e^ε·FPR ≥ 1 − δ (Kairouz, Oh, Viswanath 2015, Thm. 2.1). Both sides decrease
+    in FPR and FNR, so upper limits on the rates give
+        ε ≥ max( ln((1 − δ − FNR_hi)/FPR_hi), ln((1 − δ − FPR_hi)/FNR_hi) ).
+    A term whose numerator is ≤ 0 says nothing and is dropped; a zero denominator cannot
+    occur for Clopper–Pearson upper limits (they are > 0 for n ≥ 1). Floored at 0.
+    """
+    fpr = np.asarray(fpr_high, dtype=float)
+    fnr = np.asarray(fnr_high, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        num1 = 1.0 - delta - fnr
+        num2 = 1.0 - delta - fpr
+        t1 = np.where((num1 > 0) & (fpr > 0), np.log(np.where(num1 > 0, num1, 1.0) / fpr), 0.0)
+        t2 = np.where((num2 > 0) & (fnr > 0), np.log(np.where(num2 > 0, num2, 1.0) / fnr), 0.0)
+    return np.maximum(0.0, np.maximum(t1, t2))
+
+
+def mu_from_rates(fpr_high: Any, fnr_high: Any) -> np.ndarray:
+    """μ lower bound from upper limits on FPR and FNR (vectorised).
+
+    μ-GDP forces FNR ≥ G_μ(FPR) = Φ(Φ⁻¹(1 − FPR) − μ) (Dong, Roth, Su 2019, Def. 2.6),
+    i.e. μ ≥ Φ⁻¹(1 − FPR) − Φ⁻¹(FNR). The right side decreases in both rates, so upper
+    limits give a lower bound on μ. G_μ is symmetric, so the mirrored inequality gives the
+    same expression. Floored at 0.
+    """
+    fpr = np.clip(np.asarray(fpr_high, dtype=float), 0.0, 1.0)
+    fnr = np.clip(np.asarray(fnr_high, dtype=float), 0.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mu = -special.ndtri(fpr) - special.ndtri(fnr)
+    mu = np.where(np.isnan(mu), 0.0, mu)
+    return np.maximum(0.0, mu)
+
+
+def _rate_level(confidence_level: float, tests: int = 1) -> float:
+    # Each of the two rates gets (1 − c)/2 of the failure budget (union bound over FPR and
+    # FNR), further divided by the number of simultaneous tests it must cover.
+    return 1.0 - (1.0 - confidence_level) / (2.0 * tests)
+
+
+def minimum_trials(*, delta: float, confidence_level: float, parameter: str = "epsilon") -> int:
+    """Fewest trials per hypothesis for which a perfect attack (0 errors) gives a bound > 0.
+
+    With FP = FN = 0 out of n, the Clopper–Pearson upper limit is u = 1 − a^(1/n) with
+    a = (1 − c)/2. The ε bound is positive iff 1 − δ − u > u; the μ bound iff u < ½.
+    """
+    a = (1.0 - confidence_level) / 2.0
+    target = (1.0 - delta) / 2.0 if parameter == "epsilon" else 0.5
+    # 1 − a^(1/n) < target  ⇔  n > ln a / ln(1 − target)
+    return math.floor(math.log(a) / math.log(1.0 - target)) + 1
+
+
+# ------------------------------------------------------------------- fixed threshold
+
+
+def _check_counts(fp: int, negatives: int, fn: int, positives: int) -> None:
+    for name, k, n in (("fp", fp, negatives), ("fn", fn, positives)):
+        if n < 1:
+            raise DpauditError(f"Each hypothesis needs at least one trial. Got {n} for {name!r}.")
+        if not 0 <= k <= n:
+            raise DpauditError(f"The {name!r} parameter must be in [0, {n}]. Got {k} instead.")
+
+
+def epsilon_from_counts(
+    fp: int,
+    negatives: int,
+    fn: int,
+    positives: int,
+    *,
+    delta: float,
+    confidence_level: float = 0.95,
+    validity: Validity = "rigorous-multi-run",
+) -> EpsilonBound:
+    """ε lower bound from the counts of ONE threshold fixed before the trials were seen.
+
+    Args:
+        fp: False positives among ``negatives`` H0 trials.
+        negatives: Number of H0 trials.
+        fn: False negatives among ``positives`` H1 trials.
+        positives: Number of H1 trials.
+        delta: δ in [0, 1).
+        confidence_level: Joint coverage c; each rate's one-sided upper limit is taken at
+            1 − (1 − c)/2 (union bound).
+        validity: The label the caller vouches for (independent trials by default).
+
+    Returns:
+        :class:`EpsilonBound` with ``threshold="fixed"``.
+
+    Example:
+        FP = 5 of 1000 and FN = 50 of 1000 at δ = 1e-5 and 95 % give ε ≥ 4.387.
+    """
+    d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)
+    c = check_confidence_level(confidence_level)
+    check_choice("validity", validity, VALIDITIES)
+    _check_counts(fp, negatives, fn, positives)
+    level = _rate_level(c)
+    fpr = clopper_pearson(fp, negatives, confidence_level=level, alternative="less")
+    fnr = clopper_pearson(fn, positives, confidence_level=level, alternative="less")
+    value = float(epsilon_from_rates(fpr.high, fnr.high, delta=d))
+    return EpsilonBound(
+        value=value,
+        confidence_level=c,
+        delta=d,
+        method="clopper-pearson",
+        threshold="fixed",
+        validity=validity,
+        fpr=fpr,
+        fnr=fnr,
+        counts={"fp": fp, "negatives": negatives, "fn": fn, "positives": positives},
+    )
+
+
+def mu_from_counts(
+    fp: int,
+    negatives: int,
+    fn: int,
+    positives: int,
+    *,
+    confidence_level: float = 0.95,
+    validity: Validity = "rigorous-multi-run",
+) -> MuBound:
+    """μ lower bound from the counts of ONE threshold fixed in advance (see
+    :func:`epsilon_from_counts` for the arguments and the union bound)."""
+    c = check_confidence_level(confidence_level)
+    check_choice("validity", validity, VALIDITIES)
+    _check_counts(fp, negatives, fn, positives)
+    level = _rate_level(c)
+    fpr = clopper_pearson(fp, negatives, confidence_level=level, alternative="less")
+    fnr = clopper_pearson(fn, positives, confidence_level=level, alternative="less")
+    return MuBound(
+        value=float(mu_from_rates(fpr.high, fnr.high)),
+        confidence_level=c,
+        method="clopper-pearson",
+        threshold="fixed",
+        validity=validity,
+        fpr=fpr,
+        fnr=fnr,
+        counts={"fp": fp, "negatives": negatives, "fn": fn, "positives": positives},
+    )
+
+
+# ------------------------------------------------------------ thresholds chosen from data
+
+
+def _curve_bounds(
+    curve: TradeoffCurve, *, level_fpr: float, level_fnr: float, parameter: str, delta: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-threshold bound values and the rate upper limits they used."""
+    fpr_hi = clopper_pearson_upper(curve.fp, curve.negatives, level=level_fpr)
+    fnr_hi = clopper_pearson_upper(curve.fn, curve.positives, level=level_fnr)
+    if parameter == "epsilon":
+        values = epsilon_from_rates(fpr_hi, fnr_hi, delta=delta)
+    else:
+        values = mu_from_rates(fpr_hi, fnr_hi)
+    return values, fpr_hi, fnr_hi
+
+
+def _lower_bound(
+    negative_scores: Any,
+    positive_scores: Any,
+    *,
+    parameter: str,
+    delta: float,
+    confidence_level: float,
+    threshold: str,
+    seed: int | None,
+    selection_fraction: float,
+    validity: str,
+) -> dict[str, Any]:
+    c = check_confidence_level(confidence_level)
+    check_choice("threshold", threshold, THRESHOLD_STRATEGIES)
+    check_choice("validity", validity, VALIDITIES)
+    neg = as_scores("negative_scores", negative_scores)
+    pos = as_scores("positive_scores", positive_scores)
+    level = _rate_level(c)
+
+    if threshold == "split":
+        frac = check_in_interval(
+            "selection_fraction", selection_fraction, 0.0, 1.0, low_open=True, high_open=True
+        )
+        rng = np.random.default_rng(seed)
+        neg = rng.permutation(neg)
+        pos = rng.permutation(pos)
+        k0 = int(round(frac * neg.size))
+        k1 = int(round(frac * pos.size))
+        if min(k0, neg.size - k0, k1, pos.size - k1) < 1:
+            raise InsufficientTrialsError(
+                f"threshold='split' needs at least one trial per hypothesis in each part; got "
+                f"{neg.size} negatives and {pos.size} positives with selection_fraction={frac}."
+            )
+        evaluation = (neg[k0:], pos[k1:])
+        _require_trials(min(evaluation[0].size, evaluation[1].size), parameter, delta, c, 1)
+        # Choose t on the selection part by the bound it WOULD give there (same levels):
+        # this prefers thresholds with enough counts, not just a lucky point estimate.
+        sel = TradeoffCurve.from_scores(neg[:k0], pos[:k1])
+        sel_values, _, _ = _curve_bounds(
+            sel, level_fpr=level, level_fnr=level, parameter=parameter, delta=delta
+        )
+        t = float(sel.thresholds[int(np.argmax(sel_values))])
+        # Count on the evaluation part only: t is independent of these trials, so the
+        # fixed-threshold Clopper–Pearson limits keep their level.
+        ev_neg, ev_pos = evaluation
+        fp = int(np.sum(ev_neg >= t))
+        fn = int(np.sum(ev_pos < t))
+        fpr = clopper_pearson(fp, ev_neg.size, confidence_level=level, alternative="less")
+        fnr = clopper_pearson(fn, ev_pos.size, confidence_level=level, alternative="less")
+        rates = (np.array(fpr.high), np.array(fnr.high))
+        value = float(
+            epsilon_from_rates(*rates, delta=delta)
+            if parameter == "epsilon"
+            else mu_from_rates(*rates)
+        )
+        return {
+            "value": value,
+            "fpr": fpr,
+            "fnr": fnr,
+            "threshold_value": t,
+            "counts": {"fp": fp, "negatives": ev_neg.size, "fn": fn, "positives": ev_pos.size},
+            "details": {
+                "selection_fraction": frac,
+                "selection_negatives": k0,
+                "selection_positives": k1,
+                "seed": seed,
+            },
+        }
+
+    # bonferroni: limits that hold for every threshold at once. For the FPR, the events
+    # "the true tail mass above the j-th largest negative exceeds its Clopper–Pearson upper
+    # limit", j = 0..n0, cover every threshold (FP(t) is constant between consecutive
+    # negatives and the true FPR is largest at the interval's lower end). Each such event
+    # has probability ≤ a for a limit at level 1 − a: the tail mass at an order statistic
+    # is Beta(j + 1, n0 − j) distributed for continuous scores (stochastically smaller for
+    # discrete ones), whose (1 − a) quantile is the limit. So a union bound over n0 + 1
+    # cuts (n1 + 1 for the FNR) makes the maximum over thresholds valid at level c.
+    _require_trials(min(neg.size, pos.size), parameter, delta, c, max(neg.size, pos.size) + 1)
+    curve = TradeoffCurve.from_scores(neg, pos)
+    level_fpr = _rate_level(c, tests=neg.size + 1)
+    level_fnr = _rate_level(c, tests=pos.size + 1)
+    values, fpr_hi, fnr_hi = _curve_bounds(
+        curve, level_fpr=level_fpr, level_fnr=level_fnr, parameter=parameter, delta=delta
+    )
+    i = int(np.argmax(values))
+    fp, fn = int(curve.fp[i]), int(curve.fn[i])
+    return {
+        "value": float(values[i]),
+        "fpr": ConfidenceInterval(0.0, float(fpr_hi[i])),
+        "fnr": ConfidenceInterval(0.0, float(fnr_hi[i])),
+        "threshold_value": float(curve.thresholds[i]),
+        "counts": {"fp": fp, "negatives": neg.size, "fn": fn, "positives": pos.size},
+        "details": {
+            "candidate_thresholds": int(curve.thresholds.size),
+            "fpr_level": level_fpr,
+            "fnr_level": level_fnr,
+        },
+    }
+
+
+def _require_trials(n: int, parameter: str, delta: float, c: float, tests: int) -> None:
+    a = (1.0 - c) / (2.0 * tests)
+    u = 1.0 - a ** (1.0 / n)  # the smallest possible upper limit: 0 errors in n
+    ok = (1.0 - delta - u > u) if parameter == "epsilon" else u < 0.5
+    if not ok:
+        needed = minimum_trials(delta=delta, confidence_level=1.0 - 2.0 * a, parameter=parameter)
+        raise InsufficientTrialsError(
+            f"Too few trials for any {parameter} lower bound to exceed 0: {n} per hypothesis "
+            f"are counted, at least {needed} are needed even for a perfect attack."
+        )
+
+
+def epsilon_lower_bound(
+    negative_scores: Any,
+    positive_scores: Any,
+    *,
+    delta: float,
+    confidence_level: float = 0.95,
+    threshold: ThresholdStrategy = "split",
+    seed: int | None = None,
+    selection_fraction: float = 0.5,
+    validity: Validity = "rigorous-multi-run",
+) -> EpsilonBound:
+    """Empirical ε lower bound from the scores of independent trials under H0 and H1.
+
+    Args:
+        negative_scores: Scores of the trials run on D (H0: canary out / non-member).
+        positive_scores: Scores of the trials run on D' (H1). Larger means "H1".
+        delta: δ in [0, 1).
+        confidence_level: Probability c with which the bound holds.
+        threshold: ``"split"`` (choose t on a random ``selection_fraction`` of each
+            sample, count on the rest) or ``"bonferroni"`` (simultaneous limits over every
+            threshold, then the best one).
+        seed: Seed of the ``split`` permutation.
+        selection_fraction: Share of each sample used to choose t (``split`` only).
+        validity: The label the caller vouches for.
+
+    Returns:
+        :class:`EpsilonBound`.
+
+    Raises:
+        DpauditError: Bad arguments, NaN/infinite scores, empty samples.
+        InsufficientTrialsError: When no outcome of so few trials could give a bound > 0.
+    """
+    d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)
+    r = _lower_bound(
+        negative_scores,
+        positive_scores,
+        parameter="epsilon",
+        delta=d,
+        confidence_level=confidence_level,
+        threshold=threshold,
+        seed=seed,
+        selection_fraction=selection_fraction,
+        validity=validity,
+    )
+    return EpsilonBound(
+        confidence_level=float(confidence_level),
+        delta=d,
+        method="clopper-pearson",
+        threshold=threshold,
+        validity=validity,
+        **r,
+    )
+
+
+def mu_lower_bound(
+    negative_scores: Any,
+    positive_scores: Any,
+    *,
+    confidence_level: float = 0.95,
+    threshold: ThresholdStrategy = "split",
+    seed: int | None = None,
+    selection_fraction: float = 0.5,
+    validity: Validity = "rigorous-multi-run",
+) -> MuBound:
+    """Empirical μ-GDP lower bound (arguments as in :func:`epsilon_lower_bound`)."""
+    r = _lower_bound(
+        negative_scores,
+        positive_scores,
+        parameter="mu",
+        delta=0.0,
+        confidence_level=confidence_level,
+        threshold=threshold,
+        seed=seed,
+        selection_fraction=selection_fraction,
+        validity=validity,
+    )
+    return MuBound(
+        confidence_level=float(confidence_level),
+        method="clopper-pearson",
+        threshold=threshold,
+        validity=validity,
+        **r,
+    )
+
+
+# ---------------------------------------------------------------------------- one run
+
+
+def one_run_p_value(
+    *, canaries: int, guesses: int, correct: int, epsilon: float, delta: float
+) -> float:
+    """P-value of "the procedure is (ε, δ)-DP" given a one-run audit's outcome.
+
+    With m canaries each included by an independent fair coin, r guesses and v of them
+    correct, (ε, δ)-DP implies (Steinke, Nasr, Jagielski 2023, Thm. 3.1 with δ handled as
+    in their Prop. 5.2)
+        P[W ≥ v] ≤ P[Bin(r, q) ≥ v] + 2mδ · max_{1≤i≤v} (1/i)·P[v − i ≤ Bin(r, q) < v],
+    where q = e^ε / (1 + e^ε) is the accuracy of ε-DP randomized response.
+    """
+    m, r, v = canaries, guesses, correct
+    q = special.expit(epsilon)
+    head = float(sps.binom.sf(v - 1, r, q))
+    alpha = 0.0
+    if delta > 0 and v > 0:
+        # P[v − i ≤ Bin < v] for i = 1..v is the running sum of pmf(v − 1), pmf(v − 2), ...
+        pmf = sps.binom.pmf(np.arange(v - 1, -1, -1), r, q)
+        alpha = float(np.max(np.cumsum(pmf) / np.arange(1, v + 1)))
+    return min(1.0, head + 2.0 * m * delta * alpha)
+
+
+def one_run_epsilon_lower_bound(
+    *,
+    canaries: int,
+    guesses: int,
+    correct: int,
+    delta: float,
+    confidence_level: float = 0.95,
+    tolerance: float = 1e-6,
+) -> EpsilonBound:
+    """ε lower bound from ONE training run with m randomly included canaries.
+
+    The bound is the largest ε (to within ``tolerance``, found by bisection) at which the
+    one-run p-value (:func:`one_run_p_value`) is still below 1 − c. Bisection keeps the
+    invariant p(ε_low) < 1 − c, so the returned value is itself rejected: the procedure is
+    not (ε, δ)-DP at it, nor (since DP is monotone in ε) at any smaller ε.
+
+    Args:
+        canaries: m, the number of canaries, each included by an independent fair coin.
+        guesses: r ≤ m, the canaries on which the auditor guessed (e.g. the top and
+            bottom scores); it abstained on the rest.
+        correct: v ≤ r, the correct guesses.
+        delta: δ in [0, 1).
+        confidence_level: c in (0, 1).
+        tolerance: Width of the final bisection bracket (the reported value is its lower end).
+
+    Returns:
+        :class:`EpsilonBound` with method ``"one-run-binomial"`` and validity
+        ``"rigorous-one-run"``.
+
+    Example:
+        m = 1000, r = 100 all correct, δ = 0, 95 %: ε ≥ 3.493.
+    """
+    for name, value in (("canaries", canaries), ("guesses", guesses), ("correct", correct)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+            raise DpauditError(
+                f"The {name!r} parameter must be a non-negative integer. Got {value!r} instead."
+            )
+    if not 0 <= correct <= guesses <= canaries or canaries < 1:
+        raise DpauditError(
+            "One-run counts must satisfy 0 ≤ correct ≤ guesses ≤ canaries and canaries ≥ 1. "
+            f"Got canaries={canaries}, guesses={guesses}, correct={correct}."
+        )
+    d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)
+    c = check_confidence_level(confidence_level)
+    tol = check_in_interval("tolerance", tolerance, 0.0, 1.0, low_open=True)
+    target = 1.0 - c
+
+    def p(eps: float) -> float:
+        return one_run_p_value(
+            canaries=canaries, guesses=guesses, correct=correct, epsilon=eps, delta=d
+        )
+
+    low, high = 0.0, 1.0
+    if guesses == 0 or p(0.0) >= target:
+        value = 0.0
+    else:
+        while p(high) < target:
+            low, high = high, 2.0 * high
+            if high > 1e3:  # every guess right with δ = 0 still caps the bound; guard anyway
+                break
+        while high - low > tol:
+            mid = 0.5 * (low + high)
+            if p(mid) < target:
+                low = mid
+            else:
+                high = mid
+        value = low
+    return EpsilonBound(
+        value=float(value),
+        confidence_level=c,
+        delta=d,
+        method="one-run-binomial",
+        threshold="top-bottom",
+        validity="rigorous-one-run",
+        counts={"canaries": canaries, "guesses": guesses, "correct": correct},
+        details={"tolerance": tol, "p_value_at_bound": p(value) if value > 0 else None},
+    )
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def _json_float(x: float | None) -> float | None:
+    if x is None:
+        return None
+    return float(x) if math.isfinite(x) else None
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating | float):
+        return _json_float(float(obj))
+    return obj

@@ -1,0 +1,267 @@
+"""Empirical trade-off curves (type I vs type II error) and membership-inference metrics.
+
+Convention (DESIGN.md §2): H0 = the output came from D (canary out, non-member), H1 = from
+D' (canary in, member). A score is larger when the attack believes H1. A threshold t
+rejects H0 when s ≥ t, so FPR(t) = P[s ≥ t | H0] and FNR(t) = P[s < t | H1].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from dpaudit.errors import DpauditError
+from dpaudit.stats import ConfidenceInterval, check_confidence_level, clopper_pearson
+
+DEFAULT_FPRS: tuple[float, ...] = (0.1, 0.01, 0.001)
+
+
+def as_scores(name: str, scores: Any) -> np.ndarray:
+    """Validate one hypothesis' scores: a non-empty 1-D array of finite numbers."""
+    arr = np.asarray(scores, dtype=float)
+    if arr.ndim != 1:
+        raise DpauditError(f"The {name!r} parameter must be a 1-D array. Got shape {arr.shape}.")
+    if arr.size == 0:
+        raise DpauditError(f"The {name!r} parameter must hold at least one score. Got none.")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise DpauditError(
+            f"The {name!r} parameter must hold finite numbers. Got {int(bad.sum())} NaN or "
+            f"infinite value(s) (first at index {first}: {arr[first]!r})."
+        )
+    return arr
+
+
+@dataclass(frozen=True)
+class TradeoffCurve:
+    """The empirical trade-off curve of a threshold test on two samples of scores.
+
+    Every distinct threshold is listed in decreasing order, preceded by ``+inf`` (reject
+    nothing). Row i holds the counts of the test "s ≥ thresholds[i]".
+
+    Attributes:
+        thresholds: Decreasing thresholds, the first one ``+inf``.
+        fp: Negatives (H0) with s ≥ t.
+        tp: Positives (H1) with s ≥ t.
+        negatives: Number of H0 scores.
+        positives: Number of H1 scores.
+    """
+
+    thresholds: np.ndarray = field(repr=False)
+    fp: np.ndarray = field(repr=False)
+    tp: np.ndarray = field(repr=False)
+    negatives: int
+    positives: int
+
+    @classmethod
+    def from_scores(cls, negative_scores: Any, positive_scores: Any) -> TradeoffCurve:
+        """Build the curve from the H0 (negative) and H1 (positive) scores."""
+        neg = np.sort(as_scores("negative_scores", negative_scores))
+        pos = np.sort(as_scores("positive_scores", positive_scores))
+        distinct = np.unique(np.concatenate([neg, pos]))[::-1]
+        thresholds = np.concatenate([[np.inf], distinct])
+        # count of s >= t = n - (number of s strictly below t)
+        fp = neg.size - np.searchsorted(neg, thresholds, side="left")
+        tp = pos.size - np.searchsorted(pos, thresholds, side="left")
+        return cls(thresholds, fp, tp, int(neg.size), int(pos.size))
+
+    @property
+    def fn(self) -> np.ndarray:
+        return self.positives - self.tp
+
+    @property
+    def tn(self) -> np.ndarray:
+        return self.negatives - self.fp
+
+    @property
+    def fpr(self) -> np.ndarray:
+        return self.fp / self.negatives
+
+    @property
+    def tpr(self) -> np.ndarray:
+        return self.tp / self.positives
+
+    @property
+    def fnr(self) -> np.ndarray:
+        return 1.0 - self.tpr
+
+    def auc(self) -> float:
+        """Area under the ROC curve: P[s₁ > s₀] + ½·P[s₁ = s₀] (the trapezoid rule)."""
+        fpr, tpr = self.fpr, self.tpr
+        return float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2.0))
+
+    def tpr_at(self, fpr: float) -> float:
+        """The largest TPR among thresholds whose empirical FPR is at most ``fpr``."""
+        ok = self.fpr <= fpr
+        return float(self.tpr[ok].max())
+
+    def index_at(self, fpr: float) -> int:
+        """Index of the threshold that gives :meth:`tpr_at` (the lowest such threshold)."""
+        ok = np.flatnonzero(self.fpr <= fpr)
+        return int(ok[-1])
+
+    def advantage(self) -> float:
+        """Yeom et al. (2018) membership advantage: max over thresholds of TPR − FPR."""
+        return float(np.max(self.tpr - self.fpr))
+
+    def __repr__(self) -> str:
+        return (
+            f"TradeoffCurve(negatives={self.negatives}, positives={self.positives}, "
+            f"thresholds={self.thresholds.size}, auc={self.auc():.4f})"
+        )
+
+
+@dataclass(frozen=True)
+class RateAtFpr:
+    """TPR at a target FPR, with the threshold that achieves it and its intervals."""
+
+    target_fpr: float
+    threshold: float
+    fpr: float
+    tpr: float
+    tpr_interval: ConfidenceInterval
+    fpr_interval: ConfidenceInterval
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target_fpr": self.target_fpr,
+            "threshold": _finite_or_none(self.threshold),
+            "fpr": self.fpr,
+            "tpr": self.tpr,
+            "tpr_interval": list(self.tpr_interval),
+            "fpr_interval": list(self.fpr_interval),
+        }
+
+
+@dataclass(frozen=True)
+class MembershipMetrics:
+    """Descriptive metrics of a membership (or any two-hypothesis) attack.
+
+    The intervals are two-sided at ``confidence_level``. The thresholds for TPR-at-FPR
+    and for the advantage are chosen on the same scores that are counted, so those
+    intervals describe the attack on this data; they are not a rigorous privacy bound
+    (use :mod:`dpaudit.bounds` for that).
+    """
+
+    auc: float
+    auc_interval: ConfidenceInterval
+    tpr_at_fpr: tuple[RateAtFpr, ...]
+    advantage: float
+    advantage_interval: ConfidenceInterval
+    negatives: int
+    positives: int
+    confidence_level: float
+    auc_method: str = "delong"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "auc": self.auc,
+            "auc_interval": list(self.auc_interval),
+            "auc_method": self.auc_method,
+            "tpr_at_fpr": [r.to_dict() for r in self.tpr_at_fpr],
+            "advantage": self.advantage,
+            "advantage_interval": list(self.advantage_interval),
+            "negatives": self.negatives,
+            "positives": self.positives,
+            "confidence_level": self.confidence_level,
+        }
+
+
+def delong_auc_variance(negative_scores: np.ndarray, positive_scores: np.ndarray) -> float:
+    """DeLong's variance of the empirical AUC (ties counted ½).
+
+    References:
+        DeLong, DeLong, Clarke-Pearson (1988), "Comparing the areas under two or more
+        correlated receiver operating characteristic curves", Biometrics 44(3), eq. for
+        the structural components V10, V01 and S = S10/m + S01/n.
+    """
+    neg = np.asarray(negative_scores, dtype=float)
+    pos = np.asarray(positive_scores, dtype=float)
+    m, n = pos.size, neg.size
+    if m < 2 or n < 2:
+        return float("nan")
+    neg_sorted = np.sort(neg)
+    pos_sorted = np.sort(pos)
+    # V10(x) = P[neg < x] + ½ P[neg = x] over negatives; V01(y) = P[pos > y] + ½ P[pos = y].
+    below = np.searchsorted(neg_sorted, pos, side="left")
+    equal = np.searchsorted(neg_sorted, pos, side="right") - below
+    v10 = (below + 0.5 * equal) / n
+    above = m - np.searchsorted(pos_sorted, neg, side="right")
+    equal_p = np.searchsorted(pos_sorted, neg, side="right") - np.searchsorted(
+        pos_sorted, neg, side="left"
+    )
+    v01 = (above + 0.5 * equal_p) / m
+    return float(np.var(v10, ddof=1) / m + np.var(v01, ddof=1) / n)
+
+
+def membership_metrics(
+    negative_scores: Any,
+    positive_scores: Any,
+    *,
+    confidence_level: float = 0.95,
+    fprs: tuple[float, ...] = DEFAULT_FPRS,
+) -> MembershipMetrics:
+    """ROC summary of an attack: AUC, TPR at low FPR, and advantage, with intervals.
+
+    Args:
+        negative_scores: Scores of non-members (H0).
+        positive_scores: Scores of members (H1).
+        confidence_level: Two-sided coverage of each interval.
+        fprs: Target false-positive rates for TPR-at-FPR.
+
+    Returns:
+        :class:`MembershipMetrics`. The AUC interval is DeLong's normal interval clipped to
+        [0, 1]; TPR and FPR intervals are Clopper–Pearson; the advantage interval is
+        [TPR_low − FPR_high, TPR_high − FPR_low] with each rate's two-sided interval at
+        1 − (1 − c)/2, so that both hold jointly with probability ≥ c (union bound).
+    """
+    c = check_confidence_level(confidence_level)
+    curve = TradeoffCurve.from_scores(negative_scores, positive_scores)
+    neg = as_scores("negative_scores", negative_scores)
+    pos = as_scores("positive_scores", positive_scores)
+    auc = curve.auc()
+    var = delong_auc_variance(neg, pos)
+    if np.isfinite(var):
+        z = float(sps.norm.ppf(0.5 + c / 2.0))
+        se = float(np.sqrt(max(var, 0.0)))
+        auc_ci = ConfidenceInterval(max(0.0, auc - z * se), min(1.0, auc + z * se))
+    else:  # one score in a class: no variance estimate, the honest interval is everything
+        auc_ci = ConfidenceInterval(0.0, 1.0)
+    rows = []
+    for target in fprs:
+        i = curve.index_at(target)
+        rows.append(
+            RateAtFpr(
+                target_fpr=float(target),
+                threshold=float(curve.thresholds[i]),
+                fpr=float(curve.fpr[i]),
+                tpr=float(curve.tpr[i]),
+                tpr_interval=clopper_pearson(int(curve.tp[i]), curve.positives, confidence_level=c),
+                fpr_interval=clopper_pearson(int(curve.fp[i]), curve.negatives, confidence_level=c),
+            )
+        )
+    j = int(np.argmax(curve.tpr - curve.fpr))
+    joint = 1.0 - (1.0 - c) / 2.0  # union bound over the two rates
+    tpr_ci = clopper_pearson(int(curve.tp[j]), curve.positives, confidence_level=joint)
+    fpr_ci = clopper_pearson(int(curve.fp[j]), curve.negatives, confidence_level=joint)
+    adv_ci = ConfidenceInterval(
+        max(-1.0, tpr_ci.low - fpr_ci.high), min(1.0, tpr_ci.high - fpr_ci.low)
+    )
+    return MembershipMetrics(
+        auc=auc,
+        auc_interval=auc_ci,
+        tpr_at_fpr=tuple(rows),
+        advantage=float(curve.tpr[j] - curve.fpr[j]),
+        advantage_interval=adv_ci,
+        negatives=curve.negatives,
+        positives=curve.positives,
+        confidence_level=c,
+    )
+
+
+def _finite_or_none(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
