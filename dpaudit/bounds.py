@@ -371,8 +371,8 @@ def _lower_bound(
         rng = np.random.default_rng(seed)
         neg = rng.permutation(neg)
         pos = rng.permutation(pos)
-        k0 = int(round(frac * neg.size))
-        k1 = int(round(frac * pos.size))
+        k0 = round(frac * neg.size)
+        k1 = round(frac * pos.size)
         if min(k0, neg.size - k0, k1, pos.size - k1) < 1:
             raise InsufficientTrialsError(
                 f"threshold='split' needs at least one trial per hypothesis in each part; got "

@@ -49,7 +49,8 @@ def clopper_pearson(
     one-sided interval ``(0, high)`` whose ``high`` is an upper confidence bound at level c
     (the alternative hypothesis of the matching test is "p is less than ..."), and
     ``"greater"`` gives ``(low, 1)``. These match
-    ``scipy.stats.binomtest(k, n, alternative=...).proportion_ci(confidence_level, method="exact")``.
+    ``binomtest(k, n, alternative=...).proportion_ci(confidence_level, method="exact")``
+    from scipy.stats.
 
     The ends are exact at the edges: ``low = 0`` when k = 0 and ``high = 1`` when k = n
     (the Beta quantiles there are degenerate and never NaN here).
