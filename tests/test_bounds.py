@@ -32,7 +32,8 @@ def test_published_count_example() -> None:
     assert b.fpr.high == pytest.approx(
         clopper_pearson(5, 1000, confidence_level=0.975, alternative="less").high, abs=1e-14
     )
-    assert b.threshold == "fixed" and b.method == "clopper-pearson"
+    assert b.threshold == "fixed"
+    assert b.method == "clopper-pearson"
 
 
 def test_zero_errors_closed_form() -> None:
@@ -166,10 +167,13 @@ def test_split_is_deterministic_under_seed_and_reports_details() -> None:
     a = epsilon_lower_bound(neg, pos, delta=1e-5, seed=9)
     b = epsilon_lower_bound(neg, pos, delta=1e-5, seed=9)
     assert a == b
-    assert a.counts["negatives"] == 250 and a.details["selection_negatives"] == 250
-    assert isinstance(a, EpsilonBound) and a.validity == "rigorous-multi-run"
+    assert a.counts["negatives"] == 250
+    assert a.details["selection_negatives"] == 250
+    assert isinstance(a, EpsilonBound)
+    assert a.validity == "rigorous-multi-run"
     d = a.to_dict()
-    assert d["threshold"] == "split" and d["fpr_interval"][1] == a.fpr.high
+    assert d["threshold"] == "split"
+    assert d["fpr_interval"][1] == a.fpr.high
 
 
 def test_mu_bound_converts_to_epsilon_with_gdp_label() -> None:
