@@ -14,6 +14,9 @@ References:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -22,15 +25,29 @@ from scipy import optimize, special
 from dpaudit.errors import DpauditError, check_in_interval
 
 __all__ = [
+    "MuBracket",
+    "compose_zcdp",
+    "gaussian_sigma",
+    "gaussian_zcdp",
+    "gdp_bracket",
     "gdp_delta",
     "gdp_epsilon",
     "gdp_mu",
+    "laplace_profile",
+    "laplace_scale",
     "mu_from_pure_dp",
+    "multiparty_gradient_perturbation_variance",
+    "multiparty_laplace_scale",
+    "output_perturbation_sensitivity",
+    "pure_dp_profile",
+    "pure_dp_to_zcdp",
     "randomized_response_epsilon",
+    "refined_profile",
     "tradeoff_dp",
     "tradeoff_gdp",
     "tradeoff_laplace",
     "tradeoff_randomized_response",
+    "zcdp_to_dp",
 ]
 
 # μ beyond which δ_μ(ε) is 1 to double precision for every ε we can represent; the
@@ -299,3 +316,462 @@ def randomized_response_epsilon(p: float) -> float:
     """
     p = check_in_interval("p", p, 0.5, 1.0, high_open=True)
     return float(math.log(p) - math.log1p(-p))
+
+
+# --------------------------------------------------------------------------------------
+# Privacy profiles of the classic mechanisms
+# --------------------------------------------------------------------------------------
+
+
+def _epsilon_array(epsilon: ArrayLike, name: str = "epsilon") -> NDArray[np.float64]:
+    e = np.asarray(epsilon, dtype=float)
+    if np.any(np.isnan(e)) or np.any(e < 0):
+        raise DpauditError(f"The {name!r} parameter must be >= 0. Got {epsilon!r} instead.")
+    return e
+
+
+def laplace_scale(sensitivity: float, epsilon: float) -> float:
+    """Scale b = Δ/ε of the Laplace mechanism that is ε-DP for ℓ1-sensitivity Δ.
+
+    References:
+        Dwork, McSherry, Nissim, Smith 2006, Prop. 1; Dwork, Roth 2014, Thm. 3.6.
+    """
+    sensitivity = check_in_interval("sensitivity", sensitivity, 0.0, math.inf, low_open=True)
+    epsilon = check_in_interval("epsilon", epsilon, 0.0, math.inf, low_open=True)
+    return sensitivity / epsilon
+
+
+def laplace_profile(eps: ArrayLike, *, epsilon: float) -> float | NDArray[np.float64]:
+    """Exact privacy profile δ(ε') of the Laplace mechanism with privacy ε (b = Δ/ε).
+
+    δ(ε') = max(0, 1 − e^{(ε' − ε)/2}): the convex conjugate of :func:`tradeoff_laplace`,
+    δ(ε') = sup_α 1 − f(α) − e^{ε'} α, attained at α = e^{−(ε + ε')/2} / 2.
+
+    References:
+        Dong, Roth, Su 2019, Prop. 2.12 (profile of a trade-off function);
+        Balle, Barthe, Gaboardi 2018, "Privacy amplification by subsampling", Sec. 3.
+    """
+    epsilon = check_in_interval("epsilon", epsilon, 0.0, math.inf, high_open=True)
+    e = _epsilon_array(eps, "eps")
+    out = np.maximum(0.0, -np.expm1(np.minimum(e - epsilon, 0.0) / 2.0))
+    return _as_output(out)
+
+
+def pure_dp_profile(eps: ArrayLike, *, epsilon: float) -> float | NDArray[np.float64]:
+    """Privacy profile of f_{ε,0} (randomized response with ε = ln(p/(1 − p))).
+
+    δ(ε') = max(0, 1 − (1 + e^{ε'})/(1 + e^ε)), attained at the symmetric point
+    α = 1/(1 + e^ε) of f_{ε,0}. Every ε-DP mechanism has a profile below this one.
+
+    References:
+        Dong, Roth, Su 2019, Eq. (5) and Prop. 2.12; Kairouz, Oh, Viswanath 2015, Thm. 2.1.
+    """
+    epsilon = check_in_interval("epsilon", epsilon, 0.0, math.inf, high_open=True)
+    e = _epsilon_array(eps, "eps")
+    # 1 − (1 + e^{ε'})/(1 + e^ε) = (e^ε − e^{ε'}) / (1 + e^ε), computed in log space
+    with np.errstate(over="ignore"):
+        out = np.where(
+            e < epsilon,
+            -np.expm1(np.logaddexp(0.0, e) - np.logaddexp(0.0, epsilon)),
+            0.0,
+        )
+    return _as_output(np.maximum(out, 0.0))
+
+
+def gaussian_sigma(sensitivity: float, epsilon: float, delta: float) -> float:
+    """Classic Gaussian-mechanism σ = Δ·√(2 ln(1.25/δ))/ε for (ε, δ)-DP.
+
+    The classic analysis only holds for ε < 1; for larger ε calibrate with the exact
+    Gaussian profile (σ = Δ/μ with μ = :func:`gdp_mu`) instead.
+
+    Raises:
+        DpauditError: if ε ∉ (0, 1) or δ ∉ (0, 1).
+
+    References:
+        Dwork, Roth 2014, "The Algorithmic Foundations of DP", Thm. A.1.
+    """
+    sensitivity = check_in_interval("sensitivity", sensitivity, 0.0, math.inf, low_open=True)
+    # Thm. A.1 is stated (and only true) for ε in (0, 1)
+    epsilon = check_in_interval("epsilon", epsilon, 0.0, 1.0, low_open=True, high_open=True)
+    delta = check_in_interval("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
+    return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
+
+
+def pure_dp_to_zcdp(epsilon: float) -> float:
+    """ρ = ε²/2: every ε-DP mechanism is ε²/2-zCDP.
+
+    References:
+        Bun, Steinke 2016, "Concentrated Differential Privacy: Simplifications,
+        Extensions, and Lower Bounds", Prop. 1.4.
+    """
+    epsilon = check_in_interval("epsilon", epsilon, 0.0, math.inf, high_open=True)
+    return epsilon**2 / 2.0
+
+
+def zcdp_to_dp(rho: float, delta: float) -> float:
+    """ε = ρ + 2√(ρ ln(1/δ)): ρ-zCDP implies (ε, δ)-DP for every δ > 0.
+
+    References:
+        Bun, Steinke 2016, Prop. 1.3.
+    """
+    rho = check_in_interval("rho", rho, 0.0, math.inf, high_open=True)
+    delta = check_in_interval("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
+    return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+
+
+def gaussian_zcdp(sensitivity: float, sigma: float) -> float:
+    """ρ = Δ²/(2σ²): the Gaussian mechanism N(0, σ²) with ℓ2-sensitivity Δ is ρ-zCDP.
+
+    References:
+        Bun, Steinke 2016, Prop. 1.6.
+    """
+    sensitivity = check_in_interval("sensitivity", sensitivity, 0.0, math.inf, high_open=True)
+    sigma = check_in_interval("sigma", sigma, 0.0, math.inf, low_open=True, high_open=True)
+    return sensitivity**2 / (2.0 * sigma**2)
+
+
+def compose_zcdp(*rhos: float) -> float:
+    """Adaptive composition of ρ_i-zCDP mechanisms is (Σ ρ_i)-zCDP.
+
+    References:
+        Bun, Steinke 2016, Lemma 1.7 (composition).
+    """
+    return float(sum(check_in_interval("rho", r, 0.0, math.inf, high_open=True) for r in rhos))
+
+
+def output_perturbation_sensitivity(n: int, lam: float, *, lipschitz: float = 1.0) -> float:
+    """ℓ2-sensitivity 2L/(nλ) of the minimiser of a λ-strongly-regularised ERM objective.
+
+    For (1/n)Σℓ(w; x_i) + (λ/2)‖w‖² with ℓ convex, differentiable and L-Lipschitz in w,
+    changing one of the n records moves the minimiser by at most 2L/(nλ).
+
+    References:
+        Chaudhuri, Monteleoni, Sarwate 2011, "Differentially Private Empirical Risk
+        Minimization" (JMLR), Corollary 8 (L = 1).
+    """
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+        raise DpauditError(f"The 'n' parameter must be a positive integer. Got {n!r} instead.")
+    lam = check_in_interval("lam", lam, 0.0, math.inf, low_open=True, high_open=True)
+    lipschitz = check_in_interval("lipschitz", lipschitz, 0.0, math.inf, low_open=True)
+    return 2.0 * lipschitz / (int(n) * lam)
+
+
+def _positive_int(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise DpauditError(
+            f"The {name!r} parameter must be a positive integer. Got {value!r} instead."
+        )
+    return int(value)
+
+
+def multiparty_laplace_scale(
+    *, lipschitz: float, parties: int, smallest_party_size: int, lam: float, epsilon: float
+) -> float:
+    """Laplace scale 2G/(m·n₍₁₎·λ·ε) for aggregating m locally trained models.
+
+    Averaging m output-perturbed models, each party's model moves by at most
+    2G/(n₍₁₎λ) (Chaudhuri et al. 2011), and the average by 1/m of that; one Laplace
+    draw of this scale on the aggregate is ε-DP.
+
+    References:
+        Jayaraman, Wang, Evans, Gu 2018, "Distributed Learning without Distress:
+        Privacy-Preserving Empirical Risk Minimization" (NeurIPS), model aggregation
+        by output perturbation.
+    """
+    lipschitz = check_in_interval("lipschitz", lipschitz, 0.0, math.inf, low_open=True)
+    m = _positive_int("parties", parties)
+    n1 = _positive_int("smallest_party_size", smallest_party_size)
+    lam = check_in_interval("lam", lam, 0.0, math.inf, low_open=True, high_open=True)
+    epsilon = check_in_interval("epsilon", epsilon, 0.0, math.inf, low_open=True)
+    return 2.0 * lipschitz / (m * n1 * lam * epsilon)
+
+
+def multiparty_gradient_perturbation_variance(
+    *,
+    lipschitz: float,
+    parties: int,
+    smallest_party_size: int,
+    steps: int,
+    epsilon: float,
+    delta: float,
+) -> float:
+    """Noise variance σ² = 8G²T·ln(1/δ)/(m²·n₍₁₎²·ε²) for multi-party gradient perturbation.
+
+    References:
+        Jayaraman, Wang, Evans, Gu 2018 (NeurIPS), multi-party gradient perturbation
+        (zCDP composition over T iterations, Bun, Steinke 2016).
+    """
+    lipschitz = check_in_interval("lipschitz", lipschitz, 0.0, math.inf, low_open=True)
+    m = _positive_int("parties", parties)
+    n1 = _positive_int("smallest_party_size", smallest_party_size)
+    t = _positive_int("steps", steps)
+    epsilon = check_in_interval("epsilon", epsilon, 0.0, math.inf, low_open=True)
+    delta = check_in_interval("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
+    return 8.0 * lipschitz**2 * t * math.log(1.0 / delta) / (m**2 * n1**2 * epsilon**2)
+
+
+# --------------------------------------------------------------------------------------
+# GDP identification and measurement (Liu, Sun, Jiang, Kong 2022)
+# --------------------------------------------------------------------------------------
+
+Profile = Callable[[NDArray[np.float64]], ArrayLike]
+
+
+def _gdp_log_delta_vec(eps: NDArray[np.float64], mu: NDArray[np.float64]) -> NDArray:
+    """log δ_μ(ε), elementwise, for ε > 0 and μ > 0 (finite where δ underflows)."""
+    a = -eps / mu + mu / 2.0
+    b = -eps / mu - mu / 2.0
+    log_pa = special.log_ndtr(a)
+    diff = eps + special.log_ndtr(b) - log_pa
+    with np.errstate(divide="ignore"):
+        return log_pa + np.log(-np.expm1(np.minimum(diff, -1e-300)))
+
+
+def _gdp_mu_vec(
+    eps: NDArray[np.float64], delta: NDArray[np.float64], *, upper: bool
+) -> NDArray[np.float64]:
+    """Vectorised μ with δ_μ(ε) = δ by bisection in log μ.
+
+    ``upper=True`` returns the bisection's upper end, a μ with δ_μ(ε) ≥ δ as evaluated
+    in floating point: the rounding then never makes an upper bound too small.
+    δ ≥ 1 gives inf (no μ reaches it); δ ≤ 0 gives 0.
+    """
+    eps = np.asarray(eps, dtype=float)
+    delta = np.asarray(delta, dtype=float)
+    eps, delta = np.broadcast_arrays(eps, delta)
+    out = np.zeros(eps.shape)
+    at_zero = (eps == 0.0) & (delta > 0) & (delta < 1)
+    # ε = 0: δ_μ(0) = erf(μ/(2√2)) inverts exactly
+    out[at_zero] = 2.0 * math.sqrt(2.0) * special.erfinv(delta[at_zero])
+    out[delta >= 1.0] = math.inf
+    todo = (eps > 0) & (delta > 0) & (delta < 1)
+    if np.any(todo):
+        e, log_d = eps[todo], np.log(delta[todo])
+        lo = np.full(e.shape, math.log(1e-300))
+        hi = np.full(e.shape, math.log(_MU_MAX))
+        for _ in range(110):  # interval width 700 in log μ: 2^-110·700 < 1e-30
+            mid = 0.5 * (lo + hi)
+            above = _gdp_log_delta_vec(e, np.exp(mid)) >= log_d
+            hi = np.where(above, mid, hi)
+            lo = np.where(above, lo, mid)
+        out[todo] = np.exp(hi if upper else lo)
+    return out
+
+
+@dataclass(frozen=True)
+class MuBracket:
+    """A rigorous bracket around the smallest μ whose GDP profile dominates a profile.
+
+    With μ_A(ε) the μ solving δ_μ(ε) = δ_A(ε), the optimal μ over [0, ``epsilon_max``]
+    is μ* = sup_{0 ≤ ε ≤ ε_max} μ_A(ε), and ``low`` ≤ μ* ≤ ``high``: δ_A(ε) ≤
+    δ_high(ε) for every ε in [0, ε_max], not only on the grid. Beyond the grid,
+    δ_A(ε) ≤ ``tail_delta`` = δ_A(ε_max) (δ_A is non-increasing); hence for every ε ≥ 0,
+    δ_A(ε) ≤ δ_high(ε) + tail_delta, i.e. the trade-off curve satisfies
+    f_A(α) ≥ G_high(α + tail_delta) − tail_delta. When ``tail_delta`` is 0 the bracket
+    holds for all ε and ``high`` is a plain μ-GDP guarantee.
+
+    Attributes:
+        low: max of μ_A over the grid, a lower bound on μ*.
+        high: a guaranteed upper bound on μ* (cell bounds from monotonicity).
+        tail_mu: μ_A(ε_max), the finite-grid value of Liu et al.'s tail value
+            μ_t = lim_{ε→∞} μ_A(ε) (0 when the profile reaches 0 on the grid).
+        margin: high − low, the stated margin of error.
+        epsilon_max: the end of the grid.
+        tail_delta: δ_A(ε_max), a bound on δ_A(ε) for every ε ≥ ε_max.
+        grid: the ε grid (ascending).
+        mu_values: μ_A on the grid.
+
+    References:
+        Liu, Sun, Jiang, Kong 2022, "Identification, Amplification and Measurement: A
+        bridge to Gaussian Differential Privacy" (NeurIPS), Sec. 4 (GDP measurement).
+    """
+
+    low: float
+    high: float
+    tail_mu: float
+    margin: float
+    epsilon_max: float
+    tail_delta: float
+    grid: tuple[float, ...] = field(repr=False)
+    mu_values: tuple[float, ...] = field(repr=False)
+
+    def __contains__(self, mu: object) -> bool:
+        return isinstance(mu, int | float) and self.low <= float(mu) <= self.high
+
+    @property
+    def relative_margin(self) -> float:
+        """(high − low) / high, the margin as a fraction of the upper bound."""
+        return self.margin / self.high if self.high > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (the grid and μ values included)."""
+        return {
+            "low": self.low,
+            "high": self.high,
+            "tail_mu": self.tail_mu,
+            "margin": self.margin,
+            "epsilon_max": self.epsilon_max,
+            "tail_delta": self.tail_delta,
+            "grid": list(self.grid),
+            "mu_values": list(self.mu_values),
+        }
+
+
+def _eval_profile(profile: Profile, eps: NDArray[np.float64]) -> NDArray[np.float64]:
+    d = np.asarray(profile(eps), dtype=float).reshape(eps.shape)
+    if np.any(np.isnan(d)) or np.any((d < 0) | (d > 1)):
+        raise DpauditError("The privacy profile must return values in [0, 1], never NaN.")
+    return d
+
+
+def _find_epsilon_max(profile: Profile, delta_floor: float) -> float:
+    """A grid end where δ_A(ε_max) ≤ delta_floor: doubling, then one refining pass."""
+    coarse = np.concatenate([[0.0], 2.0 ** np.arange(-4, 14)])
+    d = _eval_profile(profile, coarse)
+    below = np.nonzero(d <= delta_floor)[0]
+    if below.size == 0:
+        raise DpauditError(
+            f"The privacy profile stays above delta_floor={delta_floor:g} up to "
+            f"epsilon={coarse[-1]:g}; pass a larger 'delta_floor' or an 'epsilon_max'."
+        )
+    k = int(below[0])
+    if k == 0:
+        return 0.0
+    fine = np.linspace(coarse[k - 1], coarse[k], 257)
+    d = _eval_profile(profile, fine)
+    return float(fine[int(np.nonzero(d <= delta_floor)[0][0])])
+
+
+def gdp_bracket(
+    profile: Profile,
+    *,
+    epsilon_max: float | None = None,
+    delta_floor: float = 1e-10,
+    rtol: float = 1e-3,
+    initial_points: int = 256,
+    refine: int = 16,
+    max_rounds: int = 6,
+) -> MuBracket:
+    """GDP measurement: bracket the optimal μ of a privacy profile δ_A(ε).
+
+    μ_A(ε) solves δ_μ(ε) = δ_A(ε); μ-GDP dominates the profile on a range iff μ ≥ μ_A
+    there (δ_μ(ε) increases in μ), so μ* = sup μ_A. On a grid ε_0 < … < ε_K:
+    ``low`` = max_i μ_A(ε_i). For ε in a cell [ε_i, ε_{i+1}], δ_A(ε) ≤ δ_A(ε_i) (δ_A is
+    non-increasing in ε) and δ_μ(ε) ≥ δ_μ(ε_{i+1}) (so is δ_μ), hence the μ solving
+    δ_μ(ε_{i+1}) = δ_A(ε_i) dominates δ_A on the whole cell; ``high`` is the largest of
+    these cell bounds. Cells whose bound exceeds low·(1 + rtol) are split ``refine``
+    ways, one vectorised profile call per round, until the margin is met.
+
+    The profile is evaluated with sorted 1-D arrays (one call per round), so a
+    dp-accounting PLD's vectorised ``get_delta`` can be passed directly.
+
+    Args:
+        profile: δ_A, non-increasing, values in [0, 1] (any true privacy profile is).
+        epsilon_max: end of the grid; by default the first ε found with
+            δ_A(ε) ≤ ``delta_floor``. What lies beyond is reported as ``tail_delta``.
+        delta_floor: how far down the profile the measurement goes.
+        rtol: target relative margin (high − low)/low.
+        initial_points: size of the first uniform grid on [0, ε_max].
+        refine: sub-cells per refined cell.
+        max_rounds: refinement rounds at most.
+
+    Returns:
+        A :class:`MuBracket`.
+
+    References:
+        Liu, Sun, Jiang, Kong 2022 (NeurIPS), Sec. 4: GDP measurement by the μ_A(ε)
+        transform on a grid, with the monotonicity bracket between grid points.
+    """
+    delta_floor = check_in_interval("delta_floor", delta_floor, 0.0, 1.0, high_open=True)
+    rtol = check_in_interval("rtol", rtol, 0.0, math.inf, low_open=True)
+    if epsilon_max is None:
+        epsilon_max = _find_epsilon_max(profile, delta_floor)
+    epsilon_max = check_in_interval("epsilon_max", epsilon_max, 0.0, math.inf, high_open=True)
+
+    grid = np.linspace(0.0, epsilon_max, max(int(initial_points), 2))
+    deltas = _eval_profile(profile, grid)
+    for _ in range(max_rounds + 1):
+        # δ_A is non-increasing for every true profile; a grid violation beyond float
+        # noise means the callable is not a privacy profile and the bracket would lie
+        if np.any(np.diff(deltas) > 1e-12 + 1e-9 * deltas[1:]):
+            raise DpauditError("The privacy profile must be non-increasing in epsilon.")
+        mus = _gdp_mu_vec(grid, deltas, upper=False)
+        cell_high = _gdp_mu_vec(grid[1:], deltas[:-1], upper=True)
+        low = float(mus.max())
+        flagged = np.nonzero(cell_high > low * (1.0 + rtol))[0]
+        if flagged.size == 0 or _ == max_rounds:
+            break
+        frac = np.arange(1, refine) / refine
+        new = (grid[flagged, None] + frac[None, :] * np.diff(grid)[flagged, None]).ravel()
+        new_deltas = _eval_profile(profile, np.sort(new))
+        grid_all = np.concatenate([grid, np.sort(new)])
+        order = np.argsort(grid_all, kind="stable")
+        grid = grid_all[order]
+        deltas = np.concatenate([deltas, new_deltas])[order]
+    high = float(max(cell_high.max() if cell_high.size else 0.0, low))
+    if grid.size == 1:  # ε_max = 0: the single point ε = 0 is the whole range
+        high = float(_gdp_mu_vec(grid, deltas, upper=True).max())
+    return MuBracket(
+        low=low,
+        high=high,
+        tail_mu=float(mus[-1]),
+        margin=high - low,
+        epsilon_max=float(epsilon_max),
+        tail_delta=float(deltas[-1]) + 0.0,  # + 0.0 turns -0.0 into 0.0
+        grid=tuple(float(x) for x in grid),
+        mu_values=tuple(float(x) for x in mus),
+    )
+
+
+def refined_profile(
+    eps: ArrayLike, *, epsilons: ArrayLike, deltas: ArrayLike
+) -> float | NDArray[np.float64]:
+    """Refine a naive privacy profile given by a family of (ε_i, δ_i)-DP guarantees.
+
+    The naive profile is the step function δ(ε) = min{δ_i : ε_i ≤ ε}. A mechanism that
+    is (ε_i, δ_i)-DP for every i is f-DP with f = max_i f_{ε_i, δ_i}, and hence
+    (ε, δ_f(ε))-DP for every ε with δ_f(ε) = sup_α [1 − f(α) − e^ε α] (the convex
+    conjugate). f is piecewise linear, so the supremum is attained at one of its
+    vertices; those are among the pairwise intersections of its lines, all evaluated
+    here. δ_f never exceeds the naive profile and is tight between the given ε_i.
+
+    Args:
+        eps: where to evaluate the refined profile (ε ≥ 0; vectorised).
+        epsilons: the ε_i of the family.
+        deltas: the δ_i of the family, same length.
+
+    References:
+        Liu, Sun, Jiang, Kong 2022 (NeurIPS), Thm. 2.1; Dong, Roth, Su 2019, Prop. 2.12
+        (an (ε, δ) family is equivalent to f-DP with f = sup f_{ε_i,δ_i}; its profile is
+        1 + f*(−e^ε)).
+    """
+    e_q = _epsilon_array(eps, "eps")
+    ei = _epsilon_array(epsilons, "epsilons").ravel()
+    di = np.asarray(deltas, dtype=float).ravel()
+    if ei.shape != di.shape or ei.size == 0:
+        raise DpauditError(
+            "The 'epsilons' and 'deltas' parameters must be non-empty and of equal length. "
+            f"Got {ei.size} and {di.size} instead."
+        )
+    if np.any(np.isnan(di)) or np.any((di < 0) | (di > 1)):
+        raise DpauditError(f"The 'deltas' parameter must be in [0, 1]. Got {deltas!r} instead.")
+    finite = np.isfinite(ei)
+    ei, di = ei[finite], di[finite]
+    # lines β = c + sα of every f_{ε_i,δ_i}, plus β = 0 (Dong, Roth, Su 2019, Eq. (5))
+    slopes = np.concatenate([-np.exp(ei), -np.exp(-ei), [0.0]])
+    icepts = np.concatenate([1.0 - di, np.exp(-ei) * (1.0 - di), [0.0]])
+    s1, s2 = np.meshgrid(slopes, slopes, indexing="ij")
+    c1, c2 = np.meshgrid(icepts, icepts, indexing="ij")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cross = (c2 - c1) / (s1 - s2)
+    cand = np.concatenate([[0.0, 1.0], cross[np.isfinite(cross)].ravel()])
+    cand = np.unique(cand[(cand >= 0.0) & (cand <= 1.0)])
+    f = np.max(icepts[:, None] + slopes[:, None] * cand[None, :], axis=0)  # f on vertices
+    flat = np.exp(np.minimum(e_q.ravel(), 700.0))
+    best = np.empty(flat.shape)
+    step = max(1, 4_000_000 // cand.size)  # bound the (ε × vertex) block to ~32 MB
+    for start in range(0, flat.size, step):
+        block = flat[start : start + step]
+        best[start : start + step] = (1.0 - f[None, :] - block[:, None] * cand[None, :]).max(axis=1)
+    out = np.clip(best, 0.0, 1.0).reshape(e_q.shape)
+    return _as_output(out)
