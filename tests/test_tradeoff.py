@@ -66,10 +66,11 @@ def test_membership_metrics_cover_truth() -> None:
     at10 = m.tpr_at_fpr[0]
     assert at10.target_fpr == 0.1
     assert at10.fpr <= 0.1
-    # the interval covers the true TPR and FPR of the threshold that was picked
-    true_tpr, true_fpr = norm.sf(at10.threshold - 1.0), norm.sf(at10.threshold)
+    # The threshold is picked on the negatives only, so the positives' Clopper–Pearson
+    # interval covers the true TPR at it (the FPR interval is biased by that very choice,
+    # which is why these metrics are descriptive and bounds.py splits or corrects).
+    true_tpr = norm.sf(at10.threshold - 1.0)
     assert at10.tpr_interval.low <= true_tpr <= at10.tpr_interval.high
-    assert at10.fpr_interval.low <= true_fpr <= at10.fpr_interval.high
     # max advantage of two unit-variance normals one apart: 2Φ(½) − 1 = 0.3829
     assert m.advantage_interval.low <= 0.3829 <= m.advantage_interval.high
     d = m.to_dict()
