@@ -144,7 +144,8 @@ class LinearStackBackend:
         # divides the clipped sum by the expected batch size, as Opacus does).
         delta = torch.softmax(a, dim=-1)
         delta.scatter_add_(-1, yb.unsqueeze(-1), torch.full_like(delta[..., :1], -1.0))
-        # torch.where, not a product: padded rows must not leak even if they hold inf/NaN.
+        # Zero the padded rows' deltas (their inputs are finite real rows or zeros), so they
+        # add nothing to the norms or to the clipped sum.
         delta = torch.where(valid.unsqueeze(-1), delta, 0.0)
         deltas = [delta]
         for layer in range(last, 0, -1):
