@@ -1,0 +1,831 @@
+"""Membership and attribute audits of a target model that dpaudit trains itself.
+
+The pipeline (a Python API; the audit-file / CLI layer wraps it, so nothing here reads or
+writes files or prints):
+
+1. :func:`prepare_target` draws ``audited_size`` rows of the dataset (the audited pool)
+   and keeps the rest (or ``population_size`` of it) as the attacker's population; the
+   standardisation is fitted on the population only, so no audited row shapes the
+   preprocessing (DP-SGD does not protect a mean and scale computed from its members).
+   Each audited row is put into the target's training set by an independent fair coin,
+   and the target is trained with :func:`dpaudit.training.train_many`.
+2. :func:`audit_membership` runs each membership attack on the audited rows — attacks see
+   the features and labels, never the coins — and summarises the scores: ROC metrics with
+   intervals, the one-run ε lower bound (rigorous, because membership was decided by fair
+   coins), and ε / μ bounds that treat rows as independent trials (labelled "heuristic":
+   the rows share one trained model, so they are not independent).
+3. :func:`audit_attribute` runs Yeom et al.'s attribute inference on the same target.
+
+When the target was trained with DP-SGD, the accountant's ε for what the engine actually
+ran (its :class:`~dpaudit.records.DPSGDRecord`) is reported next to the lower bounds.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dpaudit.attacks import (
+    AttackContext,
+    AttributeAttack,
+    LiraAttack,
+    MembershipAttack,
+    ShadowAttack,
+    get_attack,
+    sensitive_prior,
+)
+from dpaudit.attacks.base import check_int
+from dpaudit.bounds import (
+    EpsilonBound,
+    MuBound,
+    epsilon_lower_bound,
+    mu_lower_bound,
+    one_run_epsilon_lower_bound,
+)
+from dpaudit.data import Dataset, split_dataset
+from dpaudit.errors import DataError, DpauditError, InsufficientTrialsError, check_in_interval
+from dpaudit.stats import ConfidenceInterval, check_confidence_level, clopper_pearson
+from dpaudit.tradeoff import MembershipMetrics, membership_metrics
+
+if TYPE_CHECKING:
+    from dpaudit.models import ModelSpec, ModelStack
+    from dpaudit.records import DPSGDRecord
+    from dpaudit.training import TrainingSpec, TrainResult
+
+__all__ = [
+    "AttackOutcome",
+    "AttributeAuditResult",
+    "AuditedTarget",
+    "MembershipAuditResult",
+    "audit_attribute",
+    "audit_membership",
+    "dp_attribute_advantage_bound",
+    "prepare_target",
+]
+
+Progress = Callable[[str, int, int], None]
+
+DEFAULT_FPRS: tuple[float, ...] = (0.1, 0.01, 0.001)
+# Share of the audited rows guessed on by the one-run test, at each end of the score
+# order (top = "member", bottom = "non-member"). It is fixed before the scores are seen,
+# as Steinke, Nasr, Jagielski (2023, §6) require: choosing it after looking at the scores
+# would void the confidence level.
+DEFAULT_GUESS_FRACTION = 0.05
+
+
+# ----------------------------------------------------------------------------- target
+
+
+@dataclass(frozen=True, repr=False)
+class AuditedTarget:
+    """A target model trained on the audited rows that won their fair coin.
+
+    Attributes:
+        dataset: the dataset, standardised on the population rows.
+        audited: ``(m,)`` row indices of the audited pool.
+        population: ``(P,)`` row indices of the attacker's population (disjoint).
+        membership: ``(m,)`` bool, the coins: whether each audited row trained the target.
+        models: the trained target (a stack of one model).
+        record: what DP-SGD actually ran, or ``None`` for non-private training.
+        model: the architecture; training: the recipe; seed: the seed.
+        seconds: training time.
+    """
+
+    dataset: Dataset
+    audited: np.ndarray
+    population: np.ndarray
+    membership: np.ndarray
+    models: ModelStack
+    record: DPSGDRecord | None
+    model: ModelSpec
+    training: TrainingSpec
+    seed: int
+    seconds: float
+
+    @property
+    def audited_X(self) -> np.ndarray:
+        return self.dataset.X[self.audited]
+
+    @property
+    def audited_y(self) -> np.ndarray:
+        return self.dataset.y[self.audited]
+
+    def context(self, *, device: str = "cpu", progress: Any = None) -> AttackContext:
+        """The attacker's knowledge of this target (no coins in it)."""
+        return AttackContext(
+            target=self.models,
+            model=self.model,
+            training=self.training,
+            target_train_size=int(self.membership.sum()),
+            population_X=self.dataset.X[self.population],
+            population_y=self.dataset.y[self.population],
+            num_classes=self.dataset.num_classes,
+            device=device,
+            progress=progress,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"AuditedTarget(dataset={self.dataset.name!r}, audited={self.audited.size}, "
+            f"members={int(self.membership.sum())}, population={self.population.size}, "
+            f"dp={self.record is not None}, seed={self.seed})"
+        )
+
+
+def prepare_target(
+    dataset: Dataset,
+    *,
+    model: ModelSpec,
+    training: TrainingSpec,
+    audited_size: int,
+    population_size: int | None = None,
+    seed: int,
+    device: str = "cpu",
+    progress: Callable[[int, int], None] | None = None,
+) -> AuditedTarget:
+    """Draw the audited pool, toss a fair coin per row, and train the target on the winners.
+
+    Args:
+        dataset: an encoded (not yet standardised) dataset.
+        model: architecture of the target.
+        training: its training recipe (plain or DP-SGD).
+        audited_size: m, rows whose membership is audited; about m/2 train the target.
+        population_size: rows kept for the attacker (default: every other row).
+        seed: seed of the split, the coins and the training.
+        device: torch device.
+        progress: ``(done, total)`` callback passed to the training engine.
+
+    Raises:
+        DataError: the dataset is too small, or no audited row won its coin.
+    """
+    from dpaudit.training import train_many
+
+    m = check_int("audited_size", audited_size, minimum=2)
+    if population_size is None:
+        population_size = dataset.num_rows - m
+        if population_size < 0:
+            raise DataError(
+                f"The dataset {dataset.name!r} has {dataset.num_rows} rows, fewer than "
+                f"audited_size={m}."
+            )
+    split = split_dataset(
+        dataset,
+        target_size=m,
+        holdout_size=0,
+        population_size=population_size,
+        seed=seed,
+        standardize="population" if population_size > 1 else "none",
+    )
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xC01]))
+    # One independent fair coin per audited row: the premise of the one-run theorem
+    # (Steinke, Nasr, Jagielski 2023, §3: canaries included i.i.d. with probability 1/2).
+    coins = rng.random(m) < 0.5
+    if not coins.any():
+        raise DataError("No audited row won its coin; use a larger 'audited_size'.")
+    X = split.dataset.X[split.train]
+    y = split.dataset.y[split.train]
+    result: TrainResult = train_many(
+        X,
+        y,
+        coins[None, :],
+        model=model,
+        training=training,
+        seed=int(rng.integers(2**63)),
+        num_classes=dataset.num_classes,
+        device=device,
+        progress=progress,
+    )
+    return AuditedTarget(
+        dataset=split.dataset,
+        audited=split.train,
+        population=split.population,
+        membership=coins,
+        models=result.models,
+        record=result.records[0],
+        model=model,
+        training=training,
+        seed=seed,
+        seconds=float(result.seconds),
+    )
+
+
+def _accountant_epsilon(record: DPSGDRecord | None, delta: float) -> float | None:
+    if record is None:
+        return None
+    from dpaudit import accounting
+
+    return float(accounting.epsilon(record, delta=delta))
+
+
+# ------------------------------------------------------------------------- membership
+
+
+@dataclass(frozen=True, repr=False)
+class AttackOutcome:
+    """One membership attack's scores and what they show.
+
+    Attributes:
+        attack: the attack's registry name; options: its options.
+        scores: ``(m,)`` scores of the audited rows (larger = "member").
+        metrics: ROC summary (AUC, TPR at each FPR, advantage) with intervals.
+        one_run: ε lower bound from the one-run test on the top / bottom scores
+            (validity ``"rigorous-one-run"``).
+        epsilon_heuristic: ε lower bound treating audited rows as independent trials
+            (validity ``"heuristic"``), or ``None`` when too few rows for any bound.
+        mu_heuristic: the μ analogue, or ``None``.
+        seconds: wall time of the attack (shadow / reference training included).
+        notes: why a bound is missing, if one is.
+    """
+
+    attack: str
+    options: dict[str, Any]
+    scores: np.ndarray
+    metrics: MembershipMetrics
+    one_run: EpsilonBound
+    epsilon_heuristic: EpsilonBound | None
+    mu_heuristic: MuBound | None
+    seconds: float
+    notes: tuple[str, ...] = ()
+
+    def dp_region(self, epsilon: float, delta: float) -> list[dict[str, Any]]:
+        """Check each TPR-at-FPR point against (ε, δ)-DP: TPR ≤ e^ε·FPR + δ.
+
+        The check is conservative towards the claim: the TPR's lower confidence limit is
+        compared with the limit at the FPR's upper confidence limit, so an ``inside=False``
+        means the attack beat the DP region beyond the metrics' own uncertainty (both
+        two-sided Clopper–Pearson at the metrics' confidence level; a descriptive check,
+        the rigorous test is :attr:`one_run`).
+        """
+        rows = []
+        for r in self.metrics.tpr_at_fpr:
+            limit = min(1.0, math.exp(epsilon) * r.fpr_interval.high + delta)
+            rows.append(
+                {
+                    "target_fpr": r.target_fpr,
+                    "tpr_low": r.tpr_interval.low,
+                    "fpr_high": r.fpr_interval.high,
+                    "limit": limit,
+                    "inside": bool(r.tpr_interval.low <= limit),
+                }
+            )
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "attack": self.attack,
+            "options": dict(self.options),
+            "scores": [float(s) for s in self.scores],
+            "metrics": self.metrics.to_dict(),
+            "one_run": self.one_run.to_dict(),
+            "epsilon_heuristic": (
+                None if self.epsilon_heuristic is None else self.epsilon_heuristic.to_dict()
+            ),
+            "mu_heuristic": None if self.mu_heuristic is None else self.mu_heuristic.to_dict(),
+            "seconds": self.seconds,
+            "notes": list(self.notes),
+        }
+
+    def __repr__(self) -> str:
+        tprs = ", ".join(f"{r.target_fpr:g}:{r.tpr:.3f}" for r in self.metrics.tpr_at_fpr)
+        return (
+            f"AttackOutcome(attack={self.attack!r}, auc={self.metrics.auc:.4f}, "
+            f"tpr_at_fpr={{{tprs}}}, one_run_epsilon={self.one_run.value:.3f}, "
+            f"seconds={self.seconds:.1f})"
+        )
+
+
+@dataclass(frozen=True, repr=False)
+class MembershipAuditResult:
+    """Membership audit of one target: per-attack outcomes and the accountant's ε.
+
+    Attributes:
+        dataset: dataset name; data_hash: its hash (after standardisation).
+        audited_size: m; members: how many won their coin.
+        membership: ``(m,)`` the coins (revealed only here, after the attacks ran).
+        outcomes: one :class:`AttackOutcome` per attack, in the order asked.
+        accountant_epsilon: the accountant's ε at ``delta`` for the target's DP-SGD run
+            (``None`` for non-private training); record: that run.
+        confidence_level, delta, seed: the audit's settings.
+        target_accuracy: the target's accuracy on its members and on the non-members.
+        seconds: timings (``"target"``, each attack, ``"total"``).
+    """
+
+    dataset: str
+    data_hash: str
+    audited_size: int
+    members: int
+    membership: np.ndarray
+    outcomes: tuple[AttackOutcome, ...]
+    accountant_epsilon: float | None
+    record: DPSGDRecord | None
+    confidence_level: float
+    delta: float
+    seed: int
+    target_accuracy: dict[str, float]
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def outcome(self, attack: str) -> AttackOutcome:
+        for o in self.outcomes:
+            if o.attack == attack:
+                return o
+        known = ", ".join(repr(o.attack) for o in self.outcomes)
+        raise DpauditError(f"No outcome for attack {attack!r}; this audit ran {known}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "membership",
+            "dataset": self.dataset,
+            "data_hash": self.data_hash,
+            "audited_size": self.audited_size,
+            "members": self.members,
+            "membership": [bool(b) for b in self.membership],
+            "outcomes": [o.to_dict() for o in self.outcomes],
+            "accountant_epsilon": self.accountant_epsilon,
+            "record": None if self.record is None else self.record.to_dict(),
+            "confidence_level": self.confidence_level,
+            "delta": self.delta,
+            "seed": self.seed,
+            "target_accuracy": dict(self.target_accuracy),
+            "seconds": dict(self.seconds),
+        }
+
+    def __repr__(self) -> str:
+        eps = "None" if self.accountant_epsilon is None else f"{self.accountant_epsilon:.3f}"
+        return (
+            f"MembershipAuditResult(dataset={self.dataset!r}, audited_size="
+            f"{self.audited_size}, members={self.members}, attacks="
+            f"{[o.attack for o in self.outcomes]}, accountant_epsilon={eps}, "
+            f"confidence_level={self.confidence_level}, delta={self.delta})"
+        )
+
+
+def one_run_bound(
+    scores: np.ndarray,
+    membership: np.ndarray,
+    *,
+    guesses_per_side: int,
+    delta: float,
+    confidence_level: float,
+) -> EpsilonBound:
+    """Steinke–Nasr–Jagielski one-run ε lower bound from membership scores.
+
+    Guess "member" for the ``guesses_per_side`` highest scores and "non-member" for as many
+    lowest ones, abstain on the rest, and count the correct guesses. Valid because every
+    audited row was included by an independent fair coin and the scores never saw the
+    coins. Ties in the score order are broken by row index, which is independent of the
+    coins.
+
+    References:
+        Steinke, Nasr, Jagielski (2023), "Privacy Auditing with One (1) Training Run",
+        NeurIPS, Algorithm 1 (guess on the top k+ and bottom k− scores) and Theorem 3.1.
+    """
+    m = scores.size
+    k = min(guesses_per_side, m // 2)
+    order = np.argsort(-scores, kind="stable")
+    top, bottom = order[:k], order[m - k :] if k else order[:0]
+    correct = int(membership[top].sum() + (~membership[bottom]).sum())
+    return one_run_epsilon_lower_bound(
+        canaries=m,
+        guesses=2 * k,
+        correct=correct,
+        delta=delta,
+        confidence_level=confidence_level,
+    )
+
+
+def _resolve_attacks(
+    attacks: Sequence[str | MembershipAttack],
+    *,
+    num_reference_models: int,
+    num_shadow_models: int,
+) -> list[MembershipAttack]:
+    out: list[MembershipAttack] = []
+    for a in attacks:
+        if isinstance(a, MembershipAttack):
+            out.append(a)
+        elif a == "lira":
+            out.append(LiraAttack(num_reference_models=num_reference_models))
+        elif a == "shadow":
+            out.append(ShadowAttack(num_shadow_models=num_shadow_models))
+        else:
+            attack = get_attack(a)
+            if not isinstance(attack, MembershipAttack):
+                raise DpauditError(f"The attack {a!r} is not a membership attack.")
+            out.append(attack)
+    if not out:
+        raise DpauditError("The 'attacks' parameter must name at least one attack.")
+    return out
+
+
+def audit_membership(
+    dataset: Dataset,
+    *,
+    model: ModelSpec,
+    training: TrainingSpec,
+    attacks: Sequence[str | MembershipAttack] = ("loss", "shadow", "lira"),
+    audited_size: int,
+    population_size: int | None = None,
+    num_reference_models: int = 64,
+    num_shadow_models: int = 16,
+    seed: int,
+    confidence_level: float = 0.95,
+    delta: float = 1e-5,
+    fprs: tuple[float, ...] = DEFAULT_FPRS,
+    guess_fraction: float = DEFAULT_GUESS_FRACTION,
+    target: AuditedTarget | None = None,
+    device: str = "cpu",
+    progress: Progress | None = None,
+) -> MembershipAuditResult:
+    """Train a target on fair-coin members of an audited pool and attack its membership.
+
+    Args:
+        dataset: an encoded dataset (:func:`dpaudit.data.load_dataset`).
+        model: the target's architecture.
+        training: its training recipe (``training.dp`` set for DP-SGD).
+        attacks: registry names (``"loss"``, ``"shadow"``, ``"lira"``) or attack objects.
+        audited_size: m, the audited rows; each joins the target by a fair coin.
+        population_size: the attacker's rows (default: all other rows).
+        num_reference_models: LiRA's reference models (when ``"lira"`` is named).
+        num_shadow_models: the shadow attack's models (when ``"shadow"`` is named).
+        seed: seed of everything (split, coins, training, attacks).
+        confidence_level: c for every interval and bound.
+        delta: δ of the ε bounds and of the accountant's ε.
+        fprs: FPRs at which TPR is reported.
+        guess_fraction: share of m guessed at each end by the one-run test (fixed before
+            the scores are seen).
+        target: an already trained target from :func:`prepare_target` (then ``dataset``,
+            ``model``, ``training``, ``audited_size`` and ``population_size`` must match
+            it; they are not re-checked).
+        device: torch device.
+        progress: ``(stage, done, total)`` callback, stage being ``"target"`` or an
+            attack's name.
+
+    Returns:
+        :class:`MembershipAuditResult`.
+
+    References:
+        Steinke, Nasr, Jagielski (2023), "Privacy Auditing with One (1) Training Run",
+        Theorem 3.1 (why the fair coins make the one-run bound rigorous).
+    """
+    c = check_confidence_level(confidence_level)
+    d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)
+    frac = check_in_interval("guess_fraction", guess_fraction, 0.0, 0.5, low_open=True)
+    resolved = _resolve_attacks(
+        attacks, num_reference_models=num_reference_models, num_shadow_models=num_shadow_models
+    )
+    start = time.perf_counter()
+    trained_here = target is None
+    if target is None:
+        target = prepare_target(
+            dataset,
+            model=model,
+            training=training,
+            audited_size=audited_size,
+            population_size=population_size,
+            seed=seed,
+            device=device,
+            progress=_stage(progress, "target"),
+        )
+    seconds = {"target": target.seconds}
+    X, y, coins = target.audited_X, target.audited_y, target.membership
+    m = coins.size
+    if coins.all():
+        raise DataError("Every audited row won its coin; no non-member to compare with.")
+    accuracy = _accuracy(target.models, X, y, coins)
+    outcomes = []
+    for i, attack in enumerate(resolved):
+        t0 = time.perf_counter()
+        context = target.context(device=device, progress=_stage(progress, attack.name))
+        # Attack seeds are derived from (seed, position) so that adding an attack does not
+        # change the others' randomness.
+        attack_seed = int(np.random.SeedSequence([seed, 0xA77, i]).generate_state(1)[0])
+        scores = np.asarray(attack.score(context, X, y, seed=attack_seed), dtype=np.float64)[0]
+        elapsed = time.perf_counter() - t0
+        seconds[attack.name] = elapsed
+        outcomes.append(
+            _summarise(
+                attack,
+                scores,
+                coins,
+                confidence_level=c,
+                delta=d,
+                fprs=fprs,
+                guesses_per_side=max(1, int(frac * m)),
+                seed=attack_seed,
+                seconds=elapsed,
+            )
+        )
+    # A target passed in was trained before this call: add its training time.
+    seconds["total"] = (time.perf_counter() - start) + (0.0 if trained_here else target.seconds)
+    return MembershipAuditResult(
+        dataset=target.dataset.name,
+        data_hash=target.dataset.data_hash,
+        audited_size=m,
+        members=int(coins.sum()),
+        membership=coins.copy(),
+        outcomes=tuple(outcomes),
+        accountant_epsilon=_accountant_epsilon(target.record, d),
+        record=target.record,
+        confidence_level=c,
+        delta=d,
+        seed=seed,
+        target_accuracy=accuracy,
+        seconds=seconds,
+    )
+
+
+def _summarise(
+    attack: MembershipAttack,
+    scores: np.ndarray,
+    coins: np.ndarray,
+    *,
+    confidence_level: float,
+    delta: float,
+    fprs: tuple[float, ...],
+    guesses_per_side: int,
+    seed: int,
+    seconds: float,
+) -> AttackOutcome:
+    if not np.all(np.isfinite(scores)):
+        raise DpauditError(
+            f"The {attack.name!r} attack returned {int((~np.isfinite(scores)).sum())} "
+            f"non-finite scores."
+        )
+    negatives, positives = scores[~coins], scores[coins]
+    metrics = membership_metrics(negatives, positives, confidence_level=confidence_level, fprs=fprs)
+    one_run = one_run_bound(
+        scores,
+        coins,
+        guesses_per_side=guesses_per_side,
+        delta=delta,
+        confidence_level=confidence_level,
+    )
+    notes: list[str] = []
+    # Rows share one trained model, so their outcomes are not independent trials: the
+    # Clopper–Pearson bounds below are descriptive only ("heuristic"; DESIGN.md §1).
+    try:
+        eps = epsilon_lower_bound(
+            negatives,
+            positives,
+            delta=delta,
+            confidence_level=confidence_level,
+            threshold="split",
+            seed=seed,
+            validity="heuristic",
+        )
+    except InsufficientTrialsError as exc:
+        eps = None
+        notes.append(f"heuristic epsilon: {exc}")
+    try:
+        mu = mu_lower_bound(
+            negatives,
+            positives,
+            confidence_level=confidence_level,
+            threshold="split",
+            seed=seed,
+            validity="heuristic",
+        )
+    except InsufficientTrialsError as exc:
+        mu = None
+        notes.append(f"heuristic mu: {exc}")
+    return AttackOutcome(
+        attack=attack.name,
+        options=attack.options(),
+        scores=scores,
+        metrics=metrics,
+        one_run=one_run,
+        epsilon_heuristic=eps,
+        mu_heuristic=mu,
+        seconds=seconds,
+        notes=tuple(notes),
+    )
+
+
+def _accuracy(models: ModelStack, X: np.ndarray, y: np.ndarray, coins: np.ndarray) -> dict:
+    from dpaudit.attacks.base import stack_logits
+
+    correct = stack_logits(models, X)[0].argmax(axis=-1) == y
+    return {
+        "members": float(correct[coins].mean()),
+        "non_members": float(correct[~coins].mean()),
+    }
+
+
+def _stage(progress: Progress | None, stage: str) -> Callable[[int, int], None] | None:
+    if progress is None:
+        return None
+    return lambda done, total: progress(stage, done, total)
+
+
+# -------------------------------------------------------------------------- attribute
+
+
+def dp_attribute_advantage_bound(epsilon: float, delta: float) -> dict[str, float]:
+    """Largest attribute advantage an (ε, δ)-DP training algorithm allows.
+
+    For a record z and the guess event E = "the attacker recovers z's sensitive value",
+    (ε, δ)-DP between the training set with z and without it (add/remove neighbours: with
+    fair-coin membership, a non-member's target is exactly the member's target without
+    it) gives, for the accuracies a_in = P[E | z in], a_out = P[E | z out], averaged over
+    records:
+
+        a_in ≤ e^ε·a_out + δ                       (DP applied to E)
+        1 − a_in ≥ e^{−ε}·(1 − a_out − δ)          (DP applied to the complement of E)
+
+    so the advantage a_in − a_out is at most min((e^ε − 1)·a_out + δ,
+    (1 − e^{−ε})·(1 − a_out) + e^{−ε}·δ). The first term grows and the second shrinks with
+    a_out; they meet at a_out = (1 − δ)/(e^ε + 1), where the advantage is
+
+        (e^ε − 1 + 2δ) / (e^ε + 1)      ("region", tight for the (ε, δ) region),
+
+    and the cruder first term alone gives Yeom et al.'s e^ε − 1 (plus δ; "yeom").
+
+    References:
+        Yeom, Giacomelli, Fredrikson, Jha (2018), IEEE CSF, §4 (the attribute advantage
+        of an ε-DP algorithm is at most e^ε − 1, by the same argument as their Theorem 1
+        for membership); Kairouz, Oh, Viswanath (2015), "The Composition Theorem for
+        Differential Privacy", ICML, Theorem 2.1 (the (ε, δ) region whose extreme point
+        gives the "region" value).
+    """
+    e = math.exp(epsilon)
+    return {"yeom": e - 1.0 + delta, "region": min(1.0, (e - 1.0 + 2.0 * delta) / (e + 1.0))}
+
+
+@dataclass(frozen=True, repr=False)
+class AttributeAuditResult:
+    """Attribute inference on a target: accuracies, advantage, and the DP bound.
+
+    Attributes:
+        sensitive: the sensitive column's name; values: its candidate values.
+        accuracy_members / accuracy_non_members: the attack's accuracy on each group, with
+            two-sided Clopper–Pearson intervals (``*_interval``).
+        accuracy_baseline: accuracy of always guessing the prior's mode, on all audited
+            rows, with its interval.
+        advantage: accuracy on members − accuracy on non-members; its interval combines
+            the two rates' intervals at 1 − (1 − c)/2 each (union bound).
+        guesses: ``(m,)`` guessed candidate index; truth: ``(m,)`` true index.
+        membership: the coins.
+        prior: the attacker's prior over candidates (from the population).
+        accountant_epsilon: the target's ε at ``delta`` (``None`` without DP).
+        dp_bound: :func:`dp_attribute_advantage_bound` at that ε, or ``None``.
+
+    The intervals treat rows as independent Bernoulli trials, which they are not (they
+    share one model): like the membership metrics, they are descriptive.
+    """
+
+    dataset: str
+    sensitive: str
+    values: tuple[Any, ...]
+    accuracy_members: float
+    accuracy_members_interval: ConfidenceInterval
+    accuracy_non_members: float
+    accuracy_non_members_interval: ConfidenceInterval
+    accuracy_baseline: float
+    accuracy_baseline_interval: ConfidenceInterval
+    advantage: float
+    advantage_interval: ConfidenceInterval
+    guesses: np.ndarray
+    truth: np.ndarray
+    membership: np.ndarray
+    prior: np.ndarray
+    accountant_epsilon: float | None
+    dp_bound: dict[str, float] | None
+    confidence_level: float
+    delta: float
+    seed: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "attribute",
+            "dataset": self.dataset,
+            "sensitive": self.sensitive,
+            "values": list(self.values),
+            "accuracy_members": self.accuracy_members,
+            "accuracy_members_interval": list(self.accuracy_members_interval),
+            "accuracy_non_members": self.accuracy_non_members,
+            "accuracy_non_members_interval": list(self.accuracy_non_members_interval),
+            "accuracy_baseline": self.accuracy_baseline,
+            "accuracy_baseline_interval": list(self.accuracy_baseline_interval),
+            "advantage": self.advantage,
+            "advantage_interval": list(self.advantage_interval),
+            "guesses": [int(g) for g in self.guesses],
+            "truth": [int(t) for t in self.truth],
+            "membership": [bool(b) for b in self.membership],
+            "prior": [float(p) for p in self.prior],
+            "accountant_epsilon": self.accountant_epsilon,
+            "dp_bound": None if self.dp_bound is None else dict(self.dp_bound),
+            "confidence_level": self.confidence_level,
+            "delta": self.delta,
+            "seed": self.seed,
+            "seconds": self.seconds,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"AttributeAuditResult(sensitive={self.sensitive!r}, "
+            f"accuracy_members={self.accuracy_members:.3f}, "
+            f"accuracy_non_members={self.accuracy_non_members:.3f}, "
+            f"accuracy_baseline={self.accuracy_baseline:.3f}, advantage={self.advantage:.3f}, "
+            f"advantage_interval=({self.advantage_interval.low:.3f}, "
+            f"{self.advantage_interval.high:.3f}), accountant_epsilon={self.accountant_epsilon})"
+        )
+
+
+def audit_attribute(
+    dataset: Dataset,
+    *,
+    model: ModelSpec,
+    training: TrainingSpec,
+    audited_size: int,
+    population_size: int | None = None,
+    seed: int,
+    confidence_level: float = 0.95,
+    delta: float = 1e-5,
+    target: AuditedTarget | None = None,
+    device: str = "cpu",
+    progress: Callable[[int, int], None] | None = None,
+) -> AttributeAuditResult:
+    """Yeom et al.'s attribute inference on a fair-coin target.
+
+    The dataset must have been loaded with ``sensitive=<column>``. The same arguments as
+    :func:`audit_membership` train the same target (or pass ``target=``).
+
+    Raises:
+        DataError: the dataset has no sensitive column.
+
+    References:
+        Yeom, Giacomelli, Fredrikson, Jha (2018), IEEE CSF, §4 (attribute advantage).
+    """
+    c = check_confidence_level(confidence_level)
+    d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)
+    if dataset.sensitive is None:
+        raise DataError(
+            "Attribute inference needs a sensitive column: load the dataset with "
+            "sensitive='<column>'."
+        )
+    t0 = time.perf_counter()
+    if target is None:
+        target = prepare_target(
+            dataset,
+            model=model,
+            training=training,
+            audited_size=audited_size,
+            population_size=population_size,
+            seed=seed,
+            device=device,
+            progress=progress,
+        )
+    sensitive = target.dataset.sensitive
+    if sensitive is None:  # a target prepared from another dataset
+        raise DataError("The target's dataset has no sensitive column.")
+    coins = target.membership
+    if coins.all() or not coins.any():
+        raise DataError("Need both members and non-members among the audited rows.")
+    prior = sensitive_prior(sensitive.codes[target.population], sensitive.num_values)
+    attack = AttributeAttack()
+    scores = attack.score(
+        target.models, target.audited_X, target.audited_y, sensitive=sensitive, prior=prior
+    )[0]
+    guesses = attack.guess(scores)
+    truth = sensitive.codes[target.audited]
+    correct = guesses == truth
+    k_in, n_in = int(correct[coins].sum()), int(coins.sum())
+    k_out, n_out = int(correct[~coins].sum()), int((~coins).sum())
+    baseline_correct = int((truth == int(np.argmax(prior))).sum())
+    joint = 1.0 - (1.0 - c) / 2.0  # union bound over the two accuracies
+    in_joint = clopper_pearson(k_in, n_in, confidence_level=joint)
+    out_joint = clopper_pearson(k_out, n_out, confidence_level=joint)
+    eps = _accountant_epsilon(target.record, d)
+    return AttributeAuditResult(
+        dataset=target.dataset.name,
+        sensitive=sensitive.name,
+        values=sensitive.values,
+        accuracy_members=k_in / n_in,
+        accuracy_members_interval=clopper_pearson(k_in, n_in, confidence_level=c),
+        accuracy_non_members=k_out / n_out,
+        accuracy_non_members_interval=clopper_pearson(k_out, n_out, confidence_level=c),
+        accuracy_baseline=baseline_correct / truth.size,
+        accuracy_baseline_interval=clopper_pearson(
+            baseline_correct, truth.size, confidence_level=c
+        ),
+        advantage=k_in / n_in - k_out / n_out,
+        advantage_interval=ConfidenceInterval(
+            max(-1.0, in_joint.low - out_joint.high), min(1.0, in_joint.high - out_joint.low)
+        ),
+        guesses=guesses,
+        truth=truth,
+        membership=coins.copy(),
+        prior=prior,
+        accountant_epsilon=eps,
+        dp_bound=None if eps is None else dp_attribute_advantage_bound(eps, d),
+        confidence_level=c,
+        delta=d,
+        seed=seed,
+        seconds=time.perf_counter() - t0,
+    )
