@@ -22,7 +22,9 @@ SPECS = [
 
 
 def _stack(spec=SPECS[1], k=4, d=6, c=3, seed=0, dtype=torch.float64):
-    return ModelStack.init(spec, num_models=k, num_features=d, num_classes=c, seed=seed, dtype=dtype)
+    return ModelStack.init(
+        spec, num_models=k, num_features=d, num_classes=c, seed=seed, dtype=dtype
+    )
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.kind}-{s.hidden_widths}-{s.activation}")
@@ -82,7 +84,12 @@ def test_init_follows_torch_default_bounds_and_is_seeded():
 def test_init_of_a_model_does_not_depend_on_its_neighbours():
     full = _stack(k=6, seed=9)
     part = ModelStack.init(
-        SPECS[1], num_models=2, num_features=6, num_classes=3, seed=9, dtype=torch.float64,
+        SPECS[1],
+        num_models=2,
+        num_features=6,
+        num_classes=3,
+        seed=9,
+        dtype=torch.float64,
         model_offset=3,
     )
     torch.testing.assert_close(part.flat_parameters(), full.select([3, 4]).flat_parameters())
@@ -108,7 +115,8 @@ def test_round_trips():
 def test_float32_default_and_repr():
     stack = _stack(dtype=torch.float32)
     assert stack.logits(np.zeros((2, 6))).dtype == torch.float32
-    assert "num_models=4" in repr(stack) and "mlp(8,)" in repr(stack)
+    assert "num_models=4" in repr(stack)
+    assert "mlp(8,)" in repr(stack)
 
 
 def test_generators_are_distinct_per_model_and_purpose():
@@ -137,5 +145,5 @@ def test_bad_inputs_raise_clear_errors():
         stack.losses(np.zeros((3, 6)), np.array([0, 1, 3]))
     with pytest.raises(DataError, match="integer labels"):
         stack.losses(np.zeros((3, 6)), np.array([0.0, 1.0, 2.0]))
-    with pytest.raises(DpauditError, match="lacks the key '2.weight'"):
+    with pytest.raises(DpauditError, match=r"lacks the key '2\.weight'"):
         ModelStack.from_state_dict(SPECS[1], {"0.weight": torch.zeros(1, 2, 2)})

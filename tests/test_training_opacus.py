@@ -126,7 +126,11 @@ def _run_and_capture(X, y, membership, spec, training, seed=11):
         step_observer=observer,
     )
     init = ModelStack.init(
-        spec, num_models=len(membership), num_features=X.shape[1], num_classes=3, seed=seed,
+        spec,
+        num_models=len(membership),
+        num_features=X.shape[1],
+        num_classes=3,
+        seed=seed,
         dtype=torch.float64,
     )
     return result, init, batches, torch.cat(norms_seen)
@@ -145,7 +149,10 @@ def test_one_noiseless_step_matches_opacus(spec, regime):
         membership[k, rng.choice(30, size=20, replace=False)] = True
     clip = 0.05 if regime == "all-clipped" else 1e3
     training = TrainingSpec(
-        epochs=1, batch_size=12, learning_rate=0.7, dp=DPConfig(noise_multiplier=0.0, clipping_norm=clip)
+        epochs=1,
+        batch_size=12,
+        learning_rate=0.7,
+        dp=DPConfig(noise_multiplier=0.0, clipping_norm=clip),
     )
     result, init, batches, norms = _run_and_capture(X, y, membership, spec, training)
     if regime == "all-clipped":
@@ -159,9 +166,7 @@ def test_one_noiseless_step_matches_opacus(spec, regime):
         oracle = _opacus_steps(
             init.to_module(k), batches[k], X, y, training=training, expected_batch_size=12
         )
-        torch.testing.assert_close(
-            result.models.flat_parameters()[k], oracle, atol=TOL, rtol=0
-        )
+        torch.testing.assert_close(result.models.flat_parameters()[k], oracle, atol=TOL, rtol=0)
 
 
 def test_several_steps_with_momentum_and_weight_decay_match_opacus():
@@ -194,13 +199,17 @@ def test_padded_rows_do_not_contribute():
     # Garbage (finite) in the padded rows must not change the clipped sum of the valid rows.
     X, y = _data(n=12)
     spec = SPECS[1]
-    stack = ModelStack.init(spec, num_models=2, num_features=5, num_classes=3, seed=2, dtype=torch.float64)
+    stack = ModelStack.init(
+        spec, num_models=2, num_features=5, num_classes=3, seed=2, dtype=torch.float64
+    )
     backend = LinearStackBackend(spec, 5, 3)
     xb = torch.as_tensor(X).expand(2, -1, -1).clone()
     yb = torch.as_tensor(y).expand(2, -1).clone()
     valid = torch.ones(yb.shape, dtype=torch.bool)
     valid[0, 7:] = False
-    xb[0, 7:] = 1e3 * torch.randn(5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    xb[0, 7:] = 1e3 * torch.randn(
+        5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0)
+    )
     total = backend.clipped_sum(stack.flat_parameters(), xb, yb, valid, 0.1)
     grads = _opacus_per_example(stack.to_module(0), xb[0, :7], yb[0, :7])
     factor = (0.1 / (grads.norm(dim=1) + 1e-6)).clamp(max=1.0)
