@@ -380,11 +380,19 @@ def _lower_bound(
             )
         evaluation = (neg[k0:], pos[k1:])
         _require_trials(min(evaluation[0].size, evaluation[1].size), parameter, delta, c, 1)
-        # Choose t on the selection part by the bound it WOULD give there (same levels):
-        # this prefers thresholds with enough counts, not just a lucky point estimate.
+        # Choose t on the selection part by the bound that holds there for ALL thresholds
+        # at once (the bonferroni levels below). Maximising a per-threshold bound over
+        # tens of thousands of thresholds picks a lucky tail (winner's curse); the
+        # simultaneous bound penalises thin tails, so its maximiser is a threshold whose
+        # bound on fresh trials is close to what it promised. Any rule is valid here: the
+        # selection part is never counted.
         sel = TradeoffCurve.from_scores(neg[:k0], pos[:k1])
         sel_values, _, _ = _curve_bounds(
-            sel, level_fpr=level, level_fnr=level, parameter=parameter, delta=delta
+            sel,
+            level_fpr=_rate_level(c, tests=k0 + 1),
+            level_fnr=_rate_level(c, tests=k1 + 1),
+            parameter=parameter,
+            delta=delta,
         )
         t = float(sel.thresholds[int(np.argmax(sel_values))])
         # Count on the evaluation part only: t is independent of these trials, so the

@@ -7,11 +7,21 @@ User mistakes (any :class:`~dpaudit.errors.DpauditError`) print one line, no tra
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from dpaudit.errors import DpauditError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from dpaudit.results import AuditResult
 
 app = typer.Typer(
     name="dpaudit",
@@ -21,6 +31,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 err_console = Console(stderr=True, highlight=False)
+console = Console(highlight=False)
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -36,6 +47,122 @@ def fail(message: str) -> typer.Exit:
 @app.callback()
 def _root() -> None:
     """dpaudit: audit differential privacy in machine learning."""
+
+
+@contextmanager
+def _progress(quiet: bool) -> Iterator[object | None]:
+    """A rich progress display whose callback matches :data:`dpaudit.audit.Progress`."""
+    if quiet:
+        yield None
+        return
+    bars = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    )
+    tasks: dict[str, int] = {}
+
+    def update(description: str, total: int, advance: int) -> None:
+        if description not in tasks:
+            tasks[description] = bars.add_task(description, total=total)
+        bars.update(tasks[description], advance=advance)
+
+    with bars:
+        yield update
+
+
+def _summary(result: AuditResult) -> None:
+    table = Table(title=f"dpaudit: {result.name}", title_justify="left")
+    for col in ("test", "bound", "lower", "upper", "tightness", "validity"):
+        table.add_column(col, justify="right" if col in ("lower", "upper", "tightness") else "left")
+    for c in result.comparisons:
+        upper = "-" if c.upper is None else f"{c.upper:.4g}"
+        tight = "-" if c.tightness is None else f"{c.tightness:.3f}"
+        name = ("ε" if c.parameter == "epsilon" else "μ") + (
+            f" (δ={c.lower.delta:g})" if c.parameter == "epsilon" else ""
+        )
+        mark = " [bold red]VIOLATION[/]" if c.violation else ""
+        table.add_row(c.test, name, f"{c.lower.value:.4g}{mark}", upper, tight, c.lower.validity)
+    console.print(table)
+    for check in result.checks:
+        status = "[green]pass[/]" if check.passed else "[bold red]FAIL[/]"
+        console.print(f"{status} {check.name}: {check.message}", highlight=False)
+    for w in result.warnings:
+        console.print(f"[yellow]warning[/]: {w}")
+    colour = "green" if result.verdict == "pass" else "bold red"
+    console.print(
+        f"verdict: [{colour}]{result.verdict}[/] (privacy: {result.privacy_verdict}); "
+        f"results in {result.provenance.get('run_dir')}"
+    )
+
+
+def write_junit(result: AuditResult, path: Path) -> None:
+    """Write the gate checks as a JUnit XML test suite (one test case per check)."""
+    from xml.etree import ElementTree as ET
+
+    from dpaudit.store import atomic_write_bytes
+
+    failures = sum(not c.passed for c in result.checks)
+    suite = ET.Element(
+        "testsuite",
+        name=f"dpaudit.{result.name}",
+        tests=str(len(result.checks)),
+        failures=str(failures),
+        errors="0",
+    )
+    for check in result.checks:
+        case = ET.SubElement(suite, "testcase", classname=f"dpaudit.{result.name}", name=check.name)
+        if not check.passed:
+            failure = ET.SubElement(case, "failure", message=check.message)
+            failure.text = f"value={check.value} limit={check.limit}"
+    atomic_write_bytes(path, ET.tostring(suite, encoding="utf-8", xml_declaration=True))
+
+
+@app.command("run")
+def run_command(
+    file: Annotated[Path, typer.Argument(help="The audit file (TOML).")],
+    output_dir: Annotated[
+        Path | None,
+        typer.Option("--output-dir", "-o", help="Run directory (default reports/<name>/)."),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress, no table.")] = False,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="Also write the checks as JUnit XML.")
+    ] = None,
+) -> None:
+    """Run an audit; exit 0 if every gate check passed, 1 if one failed, 2 on bad input."""
+    from dpaudit.audit import run_audit
+
+    try:
+        with _progress(quiet) as progress:
+            result = run_audit(file, output_dir=output_dir, progress=progress)
+    except DpauditError as exc:
+        raise fail(str(exc)) from None
+    if junit is not None:
+        write_junit(result, junit)
+    if not quiet:
+        _summary(result)
+    elif result.verdict != "pass":
+        for check in result.failed_checks:
+            err_console.print(f"FAIL {check.name}: {check.message}", markup=False)
+    raise typer.Exit(EXIT_OK if result.verdict == "pass" else EXIT_CHECK_FAILED)
+
+
+@app.command("validate")
+def validate_command(file: Annotated[Path, typer.Argument(help="The audit file (TOML).")]) -> None:
+    """Check an audit file without running it (exit 0 valid, 2 invalid)."""
+    from dpaudit.config import load_config
+
+    try:
+        config = load_config(file)
+    except DpauditError as exc:
+        raise fail(str(exc)) from None
+    console.print(
+        f"{file}: valid ({', '.join(config.audit.kinds)}; config hash {config.config_hash()})"
+    )
 
 
 def main() -> None:

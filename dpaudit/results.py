@@ -1,0 +1,233 @@
+"""Result objects of a whole audit, and their stable JSON form (``results.json``).
+
+The keys written here are documented in ``dpaudit/schemas/results.schema.json`` and
+versioned by ``SCHEMA_VERSION``; every run validates against that schema in the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dpaudit.bounds import VALIDITY_MEANING, EpsilonBound, MuBound, _jsonable
+from dpaudit.stats import clopper_pearson
+from dpaudit.tradeoff import TradeoffCurve, membership_metrics
+
+SCHEMA_VERSION = "1.0"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One gate check: a named policy with the value measured, its limit and pass/fail."""
+
+    name: str
+    value: float | None
+    limit: float | None
+    passed: bool
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "value": _finite(self.value),
+            "limit": _finite(self.limit),
+            "passed": self.passed,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A lower bound held against an upper bound (a claim or an accountant's value).
+
+    ``violation`` is True only when the lower bound is rigorous (not heuristic, not
+    GDP-assuming) and exceeds the upper bound: then the DP claim is false at the stated
+    confidence.
+    """
+
+    test: str
+    parameter: str
+    lower: EpsilonBound | MuBound
+    upper: float | None
+    upper_source: str
+    in_verdict: bool
+
+    @property
+    def tightness(self) -> float | None:
+        if self.upper is None or not math.isfinite(self.upper) or self.upper <= 0:
+            return None
+        return self.lower.value / self.upper
+
+    @property
+    def violation(self) -> bool:
+        return (
+            self.in_verdict
+            and self.upper is not None
+            and self.lower.validity.startswith("rigorous")
+            and self.lower.value > self.upper
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "test": self.test,
+            "parameter": self.parameter,
+            "lower": self.lower.to_dict(),
+            "upper": _finite(self.upper),
+            "upper_source": self.upper_source,
+            "tightness": _finite(self.tightness),
+            "violation": self.violation,
+            "in_verdict": self.in_verdict,
+            "validity_meaning": VALIDITY_MEANING[self.lower.validity],
+        }
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """Everything an audit found; what ``results.json`` and the report are made from.
+
+    Attributes:
+        name: The audit's name.
+        verdict: ``"pass"`` when every gate check passed, else ``"fail"``.
+        privacy_verdict: ``"violation"`` when a rigorous lower bound exceeds its upper
+            bound, else ``"consistent"``.
+        checks: The gate checks.
+        comparisons: Every lower bound with its upper bound and tightness.
+        tests: One summary per audited test (mechanism, attack, canary): metrics, curve
+            points, histogram, theoretical curves.
+        config: The validated configuration as a dict.
+        config_text: The audit file as written.
+        provenance: Versions, hashes, seed, timings, unit counts.
+        warnings: Plain-language warnings for the report.
+    """
+
+    name: str
+    verdict: str
+    privacy_verdict: str
+    checks: tuple[Check, ...]
+    comparisons: tuple[Comparison, ...]
+    tests: tuple[dict[str, Any], ...] = field(repr=False)
+    config: dict[str, Any] = field(repr=False)
+    config_text: str = field(repr=False, default="")
+    provenance: dict[str, Any] = field(repr=False, default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def failed_checks(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not c.passed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "name": self.name,
+            "verdict": self.verdict,
+            "privacy_verdict": self.privacy_verdict,
+            "checks": [c.to_dict() for c in self.checks],
+            "bounds": [c.to_dict() for c in self.comparisons],
+            "tests": _jsonable(list(self.tests)),
+            "config": self.config,
+            "config_text": self.config_text,
+            "provenance": _jsonable(self.provenance),
+            "warnings": list(self.warnings),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
+
+
+def score_summary(
+    test_id: str,
+    label: str,
+    negative_scores: np.ndarray,
+    positive_scores: np.ndarray,
+    *,
+    confidence_level: float,
+    max_points: int = 300,
+    bins: int = 60,
+    hypotheses: tuple[str, str] = ("H0", "H1"),
+) -> dict[str, Any]:
+    """The plotting and metric summary of one test's scores (for results.json and the report).
+
+    The curve is thinned to at most ``max_points`` thresholds (always keeping both ends);
+    each point carries pointwise two-sided Clopper–Pearson intervals for its FPR and FNR,
+    the confidence region the report draws around the empirical trade-off curve.
+    """
+    curve = TradeoffCurve.from_scores(negative_scores, positive_scores)
+    idx = np.unique(np.linspace(0, curve.thresholds.size - 1, max_points).round().astype(int))
+    fpr_ci = [
+        clopper_pearson(int(curve.fp[i]), curve.negatives, confidence_level=confidence_level)
+        for i in idx
+    ]
+    fnr_ci = [
+        clopper_pearson(int(curve.fn[i]), curve.positives, confidence_level=confidence_level)
+        for i in idx
+    ]
+    lo = float(min(negative_scores.min(), positive_scores.min()))
+    hi = float(max(negative_scores.max(), positive_scores.max()))
+    edges = np.linspace(lo, hi if hi > lo else lo + 1.0, bins + 1)
+    metrics = membership_metrics(
+        negative_scores, positive_scores, confidence_level=confidence_level
+    )
+    return {
+        "id": test_id,
+        "label": label,
+        "hypotheses": list(hypotheses),
+        "negatives": curve.negatives,
+        "positives": curve.positives,
+        "metrics": metrics.to_dict(),
+        "curve": {
+            "fpr": curve.fpr[idx].tolist(),
+            "fnr": curve.fnr[idx].tolist(),
+            "fpr_low": [c.low for c in fpr_ci],
+            "fpr_high": [c.high for c in fpr_ci],
+            "fnr_low": [c.low for c in fnr_ci],
+            "fnr_high": [c.high for c in fnr_ci],
+        },
+        "histogram": {
+            "edges": edges.tolist(),
+            "negatives": np.histogram(negative_scores, edges)[0].tolist(),
+            "positives": np.histogram(positive_scores, edges)[0].tolist(),
+        },
+        "theory_curves": [],
+    }
+
+
+def theory_curves(
+    *, epsilon: float | None = None, delta: float = 0.0, mu: float | None = None, label: str = ""
+) -> list[dict[str, Any]]:
+    """Points of the theoretical trade-off curves f_{ε,δ} and G_μ for plotting."""
+    from dpaudit import theory
+
+    alpha = np.concatenate([np.logspace(-6, -1, 60), np.linspace(0.1, 1.0, 60)[1:]])
+    out = []
+    if epsilon is not None and math.isfinite(epsilon):
+        beta = theory.tradeoff_dp(alpha, epsilon=epsilon, delta=delta)
+        out.append(
+            {
+                "label": f"{label}({epsilon:.3g}, {delta:.2g})-DP",
+                "kind": "dp",
+                "fpr": alpha.tolist(),
+                "fnr": np.asarray(beta).tolist(),
+            }
+        )
+    if mu is not None and math.isfinite(mu):
+        beta = theory.tradeoff_gdp(alpha, mu=mu)
+        out.append(
+            {
+                "label": f"{label}{mu:.3g}-GDP",
+                "kind": "gdp",
+                "fpr": alpha.tolist(),
+                "fnr": np.asarray(beta).tolist(),
+            }
+        )
+    return out
+
+
+def _finite(x: float | None) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
