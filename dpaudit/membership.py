@@ -65,6 +65,8 @@ __all__ = [
     "audit_attribute",
     "audit_membership",
     "dp_attribute_advantage_bound",
+    "fair_coins",
+    "one_run_bound",
     "prepare_target",
 ]
 
@@ -137,6 +139,19 @@ class AuditedTarget:
         )
 
 
+def fair_coins(audited_size: int, *, seed: int) -> np.ndarray:
+    """The audited rows' membership coins that :func:`prepare_target` draws for ``seed``.
+
+    One independent fair coin per audited row: the premise of the one-run theorem
+    (Steinke, Nasr, Jagielski 2023, §3: canaries included i.i.d. with probability 1/2).
+    Exposed so that a caller can size DP noise for the actual number of members before
+    training (the sampling rate q = batch_size / members).
+    """
+    m = check_int("audited_size", audited_size, minimum=1)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xC01]))
+    return rng.random(m) < 0.5
+
+
 def prepare_target(
     dataset: Dataset,
     *,
@@ -181,10 +196,7 @@ def prepare_target(
         seed=seed,
         standardize="population" if population_size > 1 else "none",
     )
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xC01]))
-    # One independent fair coin per audited row: the premise of the one-run theorem
-    # (Steinke, Nasr, Jagielski 2023, §3: canaries included i.i.d. with probability 1/2).
-    coins = rng.random(m) < 0.5
+    coins = fair_coins(m, seed=seed)
     if not coins.any():
         raise DataError("No audited row won its coin; use a larger 'audited_size'.")
     X = split.dataset.X[split.train]
@@ -195,7 +207,7 @@ def prepare_target(
         coins[None, :],
         model=model,
         training=training,
-        seed=int(rng.integers(2**63)),
+        seed=int(np.random.SeedSequence([seed, 0x7A6]).generate_state(1)[0]),
         num_classes=dataset.num_classes,
         device=device,
         progress=progress,

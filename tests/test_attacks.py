@@ -1,0 +1,320 @@
+"""Tests for dpaudit.attacks: the shared contract of every registered attack, and the math."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import numpy as np
+import pytest
+import torch
+from scipy import special, stats
+
+from dpaudit.attacks import (
+    ATTACKS,
+    MEMBERSHIP_ATTACKS,
+    AttributeAttack,
+    LiraAttack,
+    MembershipAttack,
+    balanced_halves,
+    get_attack,
+    lira_scores,
+    logit_confidence,
+    sensitive_prior,
+)
+from dpaudit.attacks.base import log_softmax, true_class_loss
+from dpaudit.attacks.shadow import attack_features
+from dpaudit.data import SensitiveColumn, load_dataset
+from dpaudit.errors import ConfigError, DataError, DpauditError
+from dpaudit.membership import AuditedTarget, prepare_target
+from dpaudit.models import ModelSpec, ModelStack
+from dpaudit.training import TrainingSpec, train_many
+
+# Small but real: 160 audited rows of statsmodels:fair, 320 population rows, an MLP.
+SMALL_OPTIONS = {
+    "loss": {},
+    "shadow": {"num_shadow_models": 3},
+    "lira": {"num_reference_models": 4},
+    "attribute": {},
+}
+TRAINING = TrainingSpec(epochs=5, batch_size=32, learning_rate=0.1)
+MODEL = ModelSpec(kind="mlp", hidden=(16,))
+
+
+@pytest.fixture(scope="module")
+def target() -> AuditedTarget:
+    ds = load_dataset("statsmodels:fair", sensitive="religious")
+    return prepare_target(
+        ds, model=MODEL, training=TRAINING, audited_size=160, population_size=320, seed=11
+    )
+
+
+@pytest.fixture(scope="module")
+def two_targets(target: AuditedTarget) -> AuditedTarget:
+    """The same audited pool with a stack of T = 2 target models (shape checks)."""
+    membership = np.stack([target.membership, ~target.membership])
+    models = train_many(
+        target.audited_X,
+        target.audited_y,
+        membership,
+        model=MODEL,
+        training=TRAINING,
+        seed=5,
+        num_classes=2,
+    ).models
+    return dataclasses.replace(target, models=models)
+
+
+def run_attack(name: str, target: AuditedTarget, *, seed: int) -> np.ndarray:
+    """Scores of any registered attack through its public API (adapter per kind)."""
+    attack = get_attack(name, **SMALL_OPTIONS[name])
+    if isinstance(attack, MembershipAttack):
+        return attack.score(target.context(), target.audited_X, target.audited_y, seed=seed)
+    sensitive = target.dataset.sensitive
+    prior = sensitive_prior(sensitive.codes[target.population], sensitive.num_values)
+    return attack.score(
+        target.models, target.audited_X, target.audited_y, sensitive=sensitive, prior=prior
+    )
+
+
+def test_every_attack_has_small_options() -> None:
+    assert set(SMALL_OPTIONS) == set(ATTACKS)
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+class TestAttackContract:
+    """The contract every registered attack honours (STYLE.md: one shared contract class)."""
+
+    def test_shape_and_finite(self, name: str, two_targets: AuditedTarget) -> None:
+        scores = run_attack(name, two_targets, seed=0)
+        m = two_targets.audited.size
+        if name == "attribute":
+            assert scores.shape == (2, m, two_targets.dataset.sensitive.num_values)
+        else:
+            assert scores.shape == (2, m)
+        assert scores.dtype == np.float64
+        assert np.isfinite(scores).all()
+
+    def test_deterministic_under_seed(self, name: str, target: AuditedTarget) -> None:
+        np.testing.assert_array_equal(
+            run_attack(name, target, seed=3), run_attack(name, target, seed=3)
+        )
+
+    def test_api_never_receives_membership(self, name: str) -> None:
+        cls = ATTACKS[name]
+        params = set(inspect.signature(cls.score).parameters)
+        fields = {f.name for f in dataclasses.fields(__import__("dpaudit").attacks.AttackContext)}
+        for forbidden in ("membership", "members", "labels", "coins", "is_member"):
+            assert forbidden not in params
+            assert forbidden not in fields
+
+    def test_shuffled_hidden_labels_leave_scores_unchanged(
+        self, name: str, target: AuditedTarget
+    ) -> None:
+        rng = np.random.default_rng(0)
+        shuffled = dataclasses.replace(target, membership=rng.permutation(target.membership))
+        assert not np.array_equal(shuffled.membership, target.membership)
+        np.testing.assert_array_equal(
+            run_attack(name, target, seed=1), run_attack(name, shuffled, seed=1)
+        )
+
+    def test_rejects_malformed_rows(self, name: str, target: AuditedTarget) -> None:
+        bad = dataclasses.replace(target, audited=target.audited[:0])
+        with pytest.raises(DataError, match=r"no audited rows|shape"):
+            run_attack(name, bad, seed=0)
+
+
+# ------------------------------------------------------------------- output arithmetic
+
+
+def test_logit_confidence_matches_definition_and_stays_finite() -> None:
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(3, 50, 4)) * 4
+    y = rng.integers(0, 4, size=50)
+    p = special.softmax(z, axis=-1)[:, np.arange(50), y]
+    np.testing.assert_allclose(logit_confidence(z, y), special.logit(p), rtol=1e-10, atol=1e-10)
+    # Where p_y rounds to 1 in float64, the naive formula is +inf; the stable one is exact:
+    # φ = z_y − log Σ_{j≠y} e^{z_j} = 1000 − 0 for logits (1000, 0).
+    assert logit_confidence(np.array([[[1000.0, 0.0]]]), np.array([0]))[0, 0] == 1000.0
+    assert logit_confidence(np.array([[[0.0, 1000.0]]]), np.array([0]))[0, 0] == -1000.0
+
+
+def test_true_class_loss_matches_torch_cross_entropy() -> None:
+    rng = np.random.default_rng(1)
+    z = rng.normal(size=(2, 30, 5)) * 3
+    y = rng.integers(0, 5, size=30)
+    ref = torch.nn.functional.cross_entropy(
+        torch.tensor(z).reshape(-1, 5), torch.tensor(np.tile(y, 2)), reduction="none"
+    ).reshape(2, 30)
+    np.testing.assert_allclose(true_class_loss(z, y), ref.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(np.exp(log_softmax(z)).sum(-1), 1.0, rtol=1e-12)
+
+
+def test_loss_attack_is_minus_model_loss(target: AuditedTarget) -> None:
+    scores = get_attack("loss").score(target.context(), target.audited_X, target.audited_y, seed=0)
+    ref = target.models.losses(target.audited_X, target.audited_y).double().numpy()
+    # The attack recomputes the loss in float64 from float32 logits: equal to float32 rounding.
+    np.testing.assert_allclose(-scores, ref, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------- LiRA math
+
+
+def test_balanced_halves_put_each_row_in_half_the_models() -> None:
+    keep = balanced_halves(8, 1000, np.random.default_rng(0))
+    np.testing.assert_array_equal(keep.sum(axis=0), 4)
+    # Each model holds each row with probability 1/2: its size is 500 ± a few SDs (√250 ≈ 16).
+    assert np.all(np.abs(keep.sum(axis=1) - 500) < 5 * np.sqrt(250))
+
+
+def test_lira_online_equals_gaussian_likelihood_ratio() -> None:
+    rng = np.random.default_rng(2)
+    K, m = 10, 7
+    phi = rng.normal(size=(K, m))
+    keep = balanced_halves(K, m, rng)
+    target = rng.normal(size=(1, m))
+    got = lira_scores(target, phi, keep, variant="online", variance="per-example")
+    for i in range(m):
+        a, b = phi[keep[:, i], i], phi[~keep[:, i], i]
+        want = stats.norm(a.mean(), a.std(ddof=1)).logpdf(target[0, i]) - stats.norm(
+            b.mean(), b.std(ddof=1)
+        ).logpdf(target[0, i])
+        assert got[0, i] == pytest.approx(want, rel=1e-10)
+    off = lira_scores(target, phi, keep, variant="offline", variance="per-example")
+    b0 = phi[~keep[:, 0], 0]
+    assert off[0, 0] == pytest.approx(stats.norm(b0.mean(), b0.std(ddof=1)).logcdf(target[0, 0]))
+
+
+def test_lira_global_variance_is_pooled_within_row_variance() -> None:
+    rng = np.random.default_rng(3)
+    K, m = 12, 20
+    phi = rng.normal(size=(K, m)) * rng.uniform(0.5, 2.0, size=m)
+    keep = balanced_halves(K, m, rng)
+    got = lira_scores(np.zeros((1, m)), phi, keep, variant="offline", variance="global")
+    out = [phi[~keep[:, i], i] for i in range(m)]
+    pooled = np.sqrt(sum(((o - o.mean()) ** 2).sum() for o in out) / sum(o.size - 1 for o in out))
+    want = [stats.norm(o.mean(), pooled).logcdf(0.0) for o in out]
+    np.testing.assert_allclose(got[0], want, rtol=1e-10)
+
+
+def test_lira_separates_gaussian_members_at_the_predicted_auc() -> None:
+    """φ_in ~ N(1, 1), φ_out ~ N(0, 1) for every row: the likelihood ratio is monotone in φ,
+    so LiRA's AUC is the Gaussian AUC Φ(1/√2) = 0.760. With 4,000 + 4,000 target rows the
+    AUC's standard error is about √(AUC(1−AUC)/2000) < 0.01; 4 SE = 0.04 is the tolerance."""
+    rng = np.random.default_rng(4)
+    K, m = 64, 8000
+    keep = balanced_halves(K, m, rng)
+    phi = rng.normal(size=(K, m)) + keep
+    member = np.arange(m) < m // 2
+    target = rng.normal(size=(1, m)) + member
+    scores = lira_scores(target, phi, keep, variant="online", variance="global")[0]
+    auc = stats.mannwhitneyu(scores[member], scores[~member]).statistic / (m // 2) ** 2
+    assert auc == pytest.approx(stats.norm.cdf(1 / np.sqrt(2)), abs=0.04)
+
+
+def test_lira_auto_variance_switch() -> None:
+    assert LiraAttack(num_reference_models=16).resolved_variance() == "global"
+    assert LiraAttack(num_reference_models=64).resolved_variance() == "per-example"
+
+
+# ------------------------------------------------------------------------------ shadow
+
+
+def test_attack_features() -> None:
+    rng = np.random.default_rng(5)
+    z = rng.normal(size=(2, 6, 3))
+    y = rng.integers(0, 3, size=6)
+    f = attack_features(z, y, "sorted-probabilities")
+    assert f.shape == (2, 6, 3)
+    assert np.all(np.diff(f, axis=-1) <= 0)
+    g = attack_features(z, y, "probabilities+label")
+    assert g.shape == (2, 6, 4)
+    np.testing.assert_allclose(g[..., -1], logit_confidence(z, y))
+
+
+# ---------------------------------------------------------------------------- attribute
+
+
+def _one_feature_model(weight: float) -> ModelStack:
+    """Logistic regression with logits (0, weight·x0): class 1 iff x0 > 0 when weight > 0."""
+    state = {
+        "0.weight": torch.tensor([[[0.0, 0.0], [weight, 0.0]]]),
+        "0.bias": torch.zeros(1, 2),
+    }
+    return ModelStack.from_state_dict(ModelSpec(kind="logistic"), state)
+
+
+def _sensitive(codes: np.ndarray) -> SensitiveColumn:
+    return SensitiveColumn(
+        name="s",
+        kind="categorical",
+        columns=(0,),
+        values=(-1.0, 1.0),
+        encodings=np.array([[-1.0], [1.0]], dtype=np.float32),
+        codes=codes,
+    )
+
+
+def test_attribute_scores_are_log_prior_minus_loss() -> None:
+    rng = np.random.default_rng(6)
+    codes = rng.integers(0, 2, size=40)
+    X = np.stack([np.where(codes == 1, 1.0, -1.0), rng.normal(size=40)], axis=1).astype(np.float32)
+    y = codes.copy()  # the label reveals the sensitive value through a confident model
+    model = _one_feature_model(5.0)
+    prior = np.array([0.3, 0.7])
+    scores = AttributeAttack().score(model, X, y, sensitive=_sensitive(codes), prior=prior)
+    # Closed form: logits (0, 5v); loss of label y at value v is log(1 + e^{5v}) − 5v·y.
+    for v_idx, v in enumerate((-1.0, 1.0)):
+        loss = np.log1p(np.exp(5 * v)) - 5 * v * y
+        np.testing.assert_allclose(scores[0, :, v_idx], np.log(prior[v_idx]) - loss, rtol=1e-6)
+    np.testing.assert_array_equal(AttributeAttack().guess(scores)[0], codes)
+
+
+def test_attribute_strong_prior_overrides_weak_model() -> None:
+    codes = np.array([0, 1, 0, 1])
+    X = np.array([[-1, 0], [1, 0], [-1, 0], [1, 0]], dtype=np.float32)
+    scores = AttributeAttack().score(
+        _one_feature_model(0.1), X, codes, sensitive=_sensitive(codes), prior=np.array([0.99, 0.01])
+    )
+    # Loss differences are at most 2·0.1 = 0.2 nats, the log-prior gap is log 99 ≈ 4.6.
+    np.testing.assert_array_equal(AttributeAttack().guess(scores)[0], 0)
+
+
+def test_attribute_never_reads_the_true_value() -> None:
+    rng = np.random.default_rng(7)
+    codes = rng.integers(0, 2, size=30)
+    X = np.stack([np.where(codes == 1, 1.0, -1.0), rng.normal(size=30)], axis=1).astype(np.float32)
+    X_hidden = X.copy()
+    X_hidden[:, 0] = rng.normal(size=30)  # overwrite the true values with noise
+    model = _one_feature_model(2.0)
+    prior = np.array([0.5, 0.5])
+    a = AttributeAttack().score(model, X, codes, sensitive=_sensitive(codes), prior=prior)
+    b = AttributeAttack().score(model, X_hidden, codes, sensitive=_sensitive(codes), prior=prior)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_sensitive_prior_smoothing() -> None:
+    np.testing.assert_allclose(sensitive_prior(np.array([0, 0, 1]), 3), [3 / 6, 2 / 6, 1 / 6])
+    with pytest.raises(DataError, match="positive probabilities"):
+        AttributeAttack().score(
+            _one_feature_model(1.0),
+            np.zeros((2, 2), np.float32),
+            np.zeros(2, np.int64),
+            sensitive=_sensitive(np.zeros(2, np.int64)),
+            prior=np.array([1.0, 0.0]),
+        )
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+def test_registry_errors_list_valid_names() -> None:
+    with pytest.raises(ConfigError, match=r"one of \{'loss', 'shadow', 'lira', 'attribute'\}"):
+        get_attack("mia")
+    with pytest.raises(ConfigError, match=r"Unknown option\(s\) \['k'\] for attack 'lira'"):
+        get_attack("lira", k=2)
+    with pytest.raises(DpauditError, match=r"'num_reference_models' .* integer >= 2"):
+        get_attack("lira", num_reference_models=1)
+    with pytest.raises(DpauditError, match=r"'variant' parameter must be one of"):
+        get_attack("lira", variant="both")
+    assert set(MEMBERSHIP_ATTACKS) == {"loss", "shadow", "lira"}
