@@ -165,6 +165,82 @@ def validate_command(file: Annotated[Path, typer.Argument(help="The audit file (
     )
 
 
+@app.command("account")
+def account(
+    noise_multiplier: Annotated[
+        float, typer.Option("--noise-multiplier", help="σ: noise std / clipping norm.")
+    ],
+    sampling_rate: Annotated[
+        float | None, typer.Option("--sampling-rate", help="q, Poisson rate per step.")
+    ] = None,
+    batch_size: Annotated[
+        int | None, typer.Option("--batch-size", help="Expected batch B (q = B/N).")
+    ] = None,
+    dataset_size: Annotated[int | None, typer.Option("--dataset-size", help="N rows.")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help="T noisy updates.")] = None,
+    epochs: Annotated[float | None, typer.Option("--epochs", help="E epochs (T = ⌈E/q⌉).")] = None,
+    delta: Annotated[float, typer.Option("--delta", help="δ for ε(δ).")] = 1e-5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead.")] = False,
+) -> None:
+    """Accountant upper bounds for DP-SGD: ε(δ) by PLD and RDP, and the μ bracket."""
+    import json
+    import math
+
+    from dpaudit import accounting
+    from dpaudit.errors import check_in_interval
+
+    if (sampling_rate is None) == (batch_size is None and dataset_size is None):
+        raise fail("Give either --sampling-rate or both --batch-size and --dataset-size.")
+    if sampling_rate is None:
+        if batch_size is None or dataset_size is None:
+            raise fail("--batch-size and --dataset-size must be given together.")
+        if batch_size < 1 or dataset_size < 1:
+            raise fail(
+                f"--batch-size and --dataset-size must be positive. "
+                f"Got {batch_size} and {dataset_size} instead."
+            )
+        sampling_rate = batch_size / dataset_size
+    if (steps is None) == (epochs is None):
+        raise fail("Give exactly one of --steps and --epochs.")
+    try:
+        q = check_in_interval("sampling_rate", sampling_rate, 0.0, 1.0, low_open=True)
+        if epochs is not None:
+            e = check_in_interval("epochs", epochs, 0.0, math.inf, low_open=True)
+            # one epoch is 1/q steps in expectation; 1e-9 absorbs float error in E/q
+            steps = max(1, math.ceil(e / q - 1e-9))
+        kw = {"noise_multiplier": noise_multiplier, "sampling_rate": q, "steps": steps}
+        eps = {
+            kind: accounting.dpsgd_epsilon(**kw, delta=delta, accountant=kind)
+            for kind in ("pld", "rdp")
+        }
+        bracket = accounting.mu_bracket(accounting.dpsgd_event(**kw))
+    except DpauditError as exc:
+        raise fail(str(exc)) from None
+    if as_json:
+        out = {
+            "noise_multiplier": noise_multiplier,
+            "sampling_rate": q,
+            "steps": steps,
+            "delta": delta,
+            "epsilon": eps,
+            "mu_bracket": {
+                k: v for k, v in bracket.to_dict().items() if k not in ("grid", "mu_values")
+            },
+        }
+        console.print_json(json.dumps(out))
+        return
+    table = Table(title=f"DP-SGD: σ = {noise_multiplier:g}, q = {q:.6g}, T = {steps}")
+    table.add_column("bound")
+    table.add_column("value", justify="right")
+    table.add_row(f"ε at δ = {delta:g} (PLD)", f"{eps['pld']:.4f}")
+    table.add_row(f"ε at δ = {delta:g} (RDP)", f"{eps['rdp']:.4f}")
+    table.add_row("μ bracket (GDP measurement)", f"[{bracket.low:.4f}, {bracket.high:.4f}]")
+    table.add_row(
+        "μ bracket covers ε ≤", f"{bracket.epsilon_max:.3f} (beyond: δ ≤ {bracket.tail_delta:.1e})"
+    )
+    console.print(table)
+
+
 def main() -> None:
     """Console-script entry point."""
     try:
