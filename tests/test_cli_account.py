@@ -1,0 +1,88 @@
+"""Tests for `dpaudit account` through Typer's CliRunner (exit codes included)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dpaudit.cli import app
+
+runner = CliRunner()
+MNIST = ["--noise-multiplier", "1.1", "--sampling-rate", "0.004267", "--steps", "14063"]
+
+
+def test_account_table_mnist():
+    res = runner.invoke(app, ["account", *MNIST, "--delta", "1e-5"])
+    assert res.exit_code == 0, res.output
+    # Abadi et al. 2016 MNIST setting: PLD ε ≈ 2.38, RDP ε ≈ 2.597 (see test_accounting.py)
+    assert "2.382" in res.output
+    assert "2.59" in res.output
+    assert "μ bracket" in res.output
+
+
+def test_account_json_with_batch_and_epochs():
+    # B = 256, N = 60000, 60 epochs ⇒ q = 256/60000 and T = ⌈60·60000/256⌉ = 14063
+    res = runner.invoke(
+        app,
+        [
+            "account",
+            "--noise-multiplier", "1.1",
+            "--batch-size", "256",
+            "--dataset-size", "60000",
+            "--epochs", "60",
+            "--json",
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["steps"] == 14063
+    assert out["sampling_rate"] == pytest.approx(256 / 60000)
+    assert out["epsilon"]["pld"] == pytest.approx(2.38, abs=0.01)
+    assert out["epsilon"]["rdp"] == pytest.approx(2.597, abs=0.005)
+    mb = out["mu_bracket"]
+    assert mb["low"] <= mb["high"] <= mb["low"] * 1.01
+
+
+def test_account_full_batch_json():
+    res = runner.invoke(
+        app,
+        ["account", "--noise-multiplier", "5", "--sampling-rate", "1", "--steps", "100", "--json"],
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    # exact μ = √T/σ = 2 and ε(2, 1e-5) = 9.9973 (Dong, Roth, Su 2019, Cor. 2.13 and 3.3)
+    assert out["epsilon"]["pld"] == pytest.approx(9.9973, abs=0.01)
+    assert out["mu_bracket"]["low"] <= 2.0 + 1e-6 <= out["mu_bracket"]["high"] + 1e-6
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--sampling-rate", "1.5", "--steps", "10"], "The 'sampling_rate' parameter must be in"),
+        (
+            ["--batch-size", "600", "--dataset-size", "500", "--steps", "10"],
+            "The 'sampling_rate' parameter must be in",
+        ),
+        (["--sampling-rate", "0.01", "--steps", "10", "--delta", "0"], "The 'delta' parameter"),
+        (["--sampling-rate", "0.01", "--steps", "10", "--delta", "1"], "The 'delta' parameter"),
+        (["--sampling-rate", "0.01", "--epochs", "2", "--steps", "3"], "exactly one of --steps"),
+        (["--steps", "10"], "Give either --sampling-rate"),
+    ],
+)
+def test_account_bad_input_exit_2(args, match):
+    res = runner.invoke(app, ["account", "--noise-multiplier", "1.0", *args])
+    assert res.exit_code == 2
+    assert match in res.output
+    assert "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("sigma", ["0", "-1"])
+def test_account_nonpositive_sigma_exit_2(sigma):
+    res = runner.invoke(
+        app, ["account", "--noise-multiplier", sigma, "--sampling-rate", "0.01", "--steps", "5"]
+    )
+    assert res.exit_code == 2
+    assert "The 'noise_multiplier' parameter must be in (0, inf)" in res.output
