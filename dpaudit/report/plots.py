@@ -1,0 +1,203 @@
+"""Inline SVG plots for the HTML report (matplotlib, Agg/SVG backend, no network).
+
+Every function takes the plain dicts of ``results.json`` and returns an SVG fragment ready
+to be placed inside HTML: no XML prolog, no DOCTYPE, no namespace URLs, no metadata block,
+and element ids prefixed so that several plots can live in one page without clashing.
+Text is written as SVG ``<text>`` (``svg.fonttype = "none"``), which matplotlib escapes,
+so user strings (hypothesis names, curve labels) cannot inject markup.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display; the SVG backend is selected by savefig(format="svg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+#: Calm, colour-blind-safe colours (Okabe–Ito): H0 / H1 / empirical / theory kinds.
+COLOURS = {
+    "negative": "#0072B2",
+    "positive": "#D55E00",
+    "empirical": "#222222",
+    "region": "#56B4E9",
+    "dp": "#009E73",
+    "gdp": "#CC79A7",
+    "other": "#E69F00",
+}
+
+_RC = {
+    "svg.fonttype": "none",  # <text> elements: small, selectable, escaped by matplotlib
+    "svg.hashsalt": "dpaudit",  # deterministic ids, so the same result renders the same file
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans", "Liberation Sans", "Arial", "Helvetica"],
+    "font.size": 9.0,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#e3e3e3",
+    "grid.linewidth": 0.6,
+    "axes.edgecolor": "#888888",
+    "axes.labelcolor": "#333333",
+    "xtick.color": "#555555",
+    "ytick.color": "#555555",
+    "legend.frameon": False,
+    "legend.fontsize": 8.0,
+    "text.usetex": False,
+}
+
+_counter = itertools.count(1)
+
+
+def plain_text(label: Any) -> str:
+    """A user string made safe for matplotlib text: no mathtext, not hidden from legends.
+
+    ``$`` would start mathtext (and can raise on malformed input); a label starting with
+    ``_`` is silently dropped from legends.
+    """
+    text = str(label).replace("$", r"\$")
+    return " " + text if text.startswith("_") else text
+
+
+def svg_fragment(fig: Any) -> str:
+    """Serialise a figure to an SVG fragment safe to inline in HTML5 (and close it)."""
+    buf = io.StringIO()
+    try:
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    finally:
+        plt.close(fig)
+    svg = buf.getvalue()
+    # The HTML parser needs neither the XML prolog nor the DOCTYPE, and both name URLs.
+    svg = re.sub(r"<\?xml[^>]*\?>\s*", "", svg)
+    svg = re.sub(r"<!DOCTYPE[^>]*>\s*", "", svg, flags=re.DOTALL)
+    # The RDF metadata block only names its vocabularies (URLs); nothing renders it.
+    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.DOTALL)
+    # Inline <svg> in HTML5 is in the SVG namespace without xmlns, and the HTML parser
+    # maps xlink:href itself (HTML Living Standard, "adjust foreign attributes").
+    svg = re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", svg)
+    # Ids from different figures must not clash in one document.
+    prefix = f"f{next(_counter)}-"
+    svg = re.sub(r'\bid="', f'id="{prefix}', svg)
+    svg = svg.replace("url(#", f"url(#{prefix}").replace('href="#', f'href="#{prefix}')
+    svg = svg.replace("<svg ", '<svg role="img" ', 1)
+    return svg.strip()
+
+
+def _arrays(curve: dict[str, Any], *keys: str) -> list[np.ndarray]:
+    return [np.asarray(curve.get(k) or [], dtype=float) for k in keys]
+
+
+def tradeoff_plot(test: dict[str, Any]) -> str | None:
+    """FPR vs FNR: the empirical trade-off curve, its CP region, and the theory curves.
+
+    The region is the union over thresholds of the boxes [fpr_low, fpr_high] ×
+    [fnr_low, fnr_high] (pointwise two-sided Clopper–Pearson intervals); since both rates
+    are monotone in the threshold, it is drawn as the polygon between the curve of upper
+    corners and the curve of lower corners.
+    """
+    curve = test.get("curve") or {}
+    fpr, fnr, fpr_lo, fpr_hi, fnr_lo, fnr_hi = _arrays(
+        curve, "fpr", "fnr", "fpr_low", "fpr_high", "fnr_low", "fnr_high"
+    )
+    if fpr.size == 0 or fpr.size != fnr.size:
+        return None
+    with plt.rc_context(_RC):
+        fig, ax = plt.subplots(figsize=(4.6, 4.2))
+        if fpr_lo.size == fpr.size == fpr_hi.size == fnr_lo.size == fnr_hi.size:
+            xs = np.concatenate([fpr_hi, fpr_lo[::-1]])
+            ys = np.concatenate([fnr_hi, fnr_lo[::-1]])
+            ax.fill(xs, ys, color=COLOURS["region"], alpha=0.35, lw=0, label="confidence region")
+        for tc in test.get("theory_curves") or []:
+            tx, ty = _arrays(tc, "fpr", "fnr")
+            if tx.size and tx.size == ty.size:
+                colour = COLOURS.get(str(tc.get("kind")), COLOURS["other"])
+                ax.plot(tx, ty, ls="--", lw=1.3, color=colour, label=plain_text(tc.get("label")))
+        ax.plot(fpr, fnr, color=COLOURS["empirical"], lw=1.4, label="empirical")
+        ax.plot([0, 1], [1, 0], color="#bbbbbb", lw=0.8, ls=":", label="random guessing")
+        ax.set(xlim=(0, 1), ylim=(0, 1), aspect="equal")
+        ax.set_xlabel("false positive rate (type I error)")
+        ax.set_ylabel("false negative rate (type II error)")
+        ax.legend(loc="upper right")
+        return svg_fragment(fig)
+
+
+def roc_plot(test: dict[str, Any]) -> str | None:
+    """TPR vs FPR on log-log axes (low FPR is where privacy attacks matter)."""
+    curve = test.get("curve") or {}
+    fpr, fnr, fpr_lo, fpr_hi, fnr_lo, fnr_hi = _arrays(
+        curve, "fpr", "fnr", "fpr_low", "fpr_high", "fnr_low", "fnr_high"
+    )
+    if fpr.size == 0 or fpr.size != fnr.size:
+        return None
+    tpr = 1.0 - fnr
+    negatives = int(test.get("negatives") or 0)
+    positives = int(test.get("positives") or 0)
+    # Log axes cannot show rate 0: start one count above it (the smallest non-zero rate).
+    floor = 1.0 / max(negatives, positives, 10)
+    keep = (fpr > 0) & (tpr > 0)
+    with plt.rc_context(_RC):
+        fig, ax = plt.subplots(figsize=(4.6, 4.2))
+        if fnr_lo.size == fpr.size == fnr_hi.size == fpr_lo.size == fpr_hi.size:
+            band = fpr > 0
+            ax.fill_between(
+                fpr[band],
+                np.maximum(1.0 - fnr_hi[band], floor / 10),
+                1.0 - fnr_lo[band],
+                color=COLOURS["region"],
+                alpha=0.35,
+                lw=0,
+                step="post",
+                label="TPR confidence band",
+            )
+        for tc in test.get("theory_curves") or []:
+            tx, ty = _arrays(tc, "fpr", "fnr")
+            if tx.size and tx.size == ty.size:
+                ok = (tx > 0) & (1.0 - ty > 0)
+                colour = COLOURS.get(str(tc.get("kind")), COLOURS["other"])
+                ax.plot(
+                    tx[ok],
+                    1.0 - ty[ok],
+                    ls="--",
+                    lw=1.3,
+                    color=colour,
+                    label=plain_text(tc.get("label")),
+                )
+        if keep.any():
+            ax.plot(fpr[keep], tpr[keep], color=COLOURS["empirical"], lw=1.4, label="empirical")
+        grid = np.logspace(math.log10(floor), 0, 50)
+        ax.plot(grid, grid, color="#bbbbbb", lw=0.8, ls=":", label="random guessing")
+        ax.set(xscale="log", yscale="log", xlim=(floor, 1), ylim=(floor, 1.05))
+        ax.set_xlabel("false positive rate")
+        ax.set_ylabel("true positive rate")
+        ax.legend(loc="lower right")
+        return svg_fragment(fig)
+
+
+def histogram_plot(test: dict[str, Any]) -> str | None:
+    """The score histograms of the two hypotheses (as densities, one step line each)."""
+    hist = test.get("histogram") or {}
+    (edges,) = _arrays(hist, "edges")
+    neg, pos = _arrays(hist, "negatives", "positives")
+    if edges.size < 2 or neg.size != edges.size - 1 or pos.size != edges.size - 1:
+        return None
+    names: Sequence[Any] = test.get("hypotheses") or ("H0", "H1")
+    widths = np.diff(edges)
+    with plt.rc_context(_RC):
+        fig, ax = plt.subplots(figsize=(9.4, 2.8))
+        for counts, name, key in ((neg, names[0], "negative"), (pos, names[-1], "positive")):
+            total = counts.sum()
+            density = counts / (total * widths) if total > 0 else counts
+            ax.stairs(density, edges, color=COLOURS[key], lw=1.3, label=plain_text(name))
+            ax.stairs(density, edges, color=COLOURS[key], alpha=0.15, fill=True)
+        ax.set_xlabel("attack score (larger means the attack believes the second hypothesis)")
+        ax.set_ylabel("density")
+        ax.legend(loc="upper right")
+        return svg_fragment(fig)
