@@ -227,3 +227,82 @@ def test_laplace_symmetric_point_gives_its_gdp_mu():
 def test_bad_input_messages(call, match):
     with pytest.raises(DpauditError, match=match):
         call()
+
+
+# --------------------------------------------------------------------------------------
+# the seeds' classic results
+# --------------------------------------------------------------------------------------
+
+
+def test_laplace_scale_and_profile():
+    # b = Δ/ε (Dwork, McSherry, Nissim, Smith 2006)
+    assert theory.laplace_scale(2.0, 0.5) == pytest.approx(4.0)
+    # the profile is the convex conjugate of the Laplace trade-off: sup_α 1 − f(α) − e^ε' α
+    a = np.linspace(1e-6, 1.0, 200_001)
+    f = theory.tradeoff_laplace(a, epsilon=1.0)
+    for e in [0.0, 0.3, 0.8, 1.0, 1.5]:
+        numeric = max(0.0, float(np.max(1.0 - f - math.exp(e) * a)))
+        assert theory.laplace_profile(e, epsilon=1.0) == pytest.approx(numeric, abs=1e-6)
+
+
+def test_pure_dp_profile_is_conjugate_of_f_eps_0():
+    a = np.linspace(0.0, 1.0, 100_001)
+    f = theory.tradeoff_dp(a, epsilon=1.2)
+    for e in [0.0, 0.5, 1.2, 2.0]:
+        numeric = max(0.0, float(np.max(1.0 - f - math.exp(e) * a)))
+        exact = theory.pure_dp_profile(e, epsilon=1.2)
+        # a grid maximum of a piecewise-linear function misses the kink by at most
+        # spacing × (largest slope) = 1e-5 · (e^{1.2} + e^{ε})
+        assert numeric - 1e-12 <= exact <= numeric + 1e-5 * (math.exp(1.2) + math.exp(e))
+
+
+def test_gaussian_sigma_classic():
+    # σ = Δ√(2 ln(1.25/δ))/ε (Dwork, Roth 2014, Thm. A.1): ε = 0.5, δ = 1e-5, Δ = 1 → 9.6896
+    assert theory.gaussian_sigma(1.0, 0.5, 1e-5) == pytest.approx(
+        math.sqrt(2 * math.log(1.25e5)) / 0.5
+    )
+    assert theory.gaussian_sigma(1.0, 0.5, 1e-5) == pytest.approx(9.6896, abs=1e-4)
+    # the classic σ is conservative: its exact GDP μ = Δ/σ gives δ_μ(ε) below the target
+    sigma = theory.gaussian_sigma(1.0, 0.9, 1e-6)
+    assert theory.gdp_delta(0.9, 1.0 / sigma) < 1e-6
+    with pytest.raises(DpauditError, match=r"The 'epsilon' parameter must be in \(0, 1\)"):
+        theory.gaussian_sigma(1.0, 2.0, 1e-5)
+
+
+def test_zcdp_conversions():
+    # Bun, Steinke 2016: Prop. 1.4 (ε-DP ⇒ ε²/2-zCDP), 1.3 (ρ-zCDP ⇒ (ρ + 2√(ρ ln 1/δ), δ)),
+    # 1.6 (Gaussian Δ²/(2σ²)), Lemma 1.7 (composition adds ρ)
+    assert theory.pure_dp_to_zcdp(1.0) == pytest.approx(0.5)
+    assert theory.zcdp_to_dp(0.5, 1e-5) == pytest.approx(0.5 + 2 * math.sqrt(0.5 * math.log(1e5)))
+    assert theory.gaussian_zcdp(1.0, 2.0) == pytest.approx(0.125)
+    assert theory.compose_zcdp(0.1, 0.2, 0.3) == pytest.approx(0.6)
+    # zCDP's ε is an upper bound on the exact Gaussian ε: T steps of σ = 5 are 2-GDP
+    rho = theory.compose_zcdp(*[theory.gaussian_zcdp(1.0, 5.0)] * 100)
+    assert rho == pytest.approx(2.0)  # = μ²/2
+    assert theory.zcdp_to_dp(rho, 1e-5) >= theory.gdp_epsilon(2.0, 1e-5)
+
+
+def test_output_perturbation_and_jayaraman():
+    # Chaudhuri, Monteleoni, Sarwate 2011, Cor. 8: sensitivity 2/(nλ)
+    assert theory.output_perturbation_sensitivity(1000, 0.01) == pytest.approx(0.2)
+    assert theory.output_perturbation_sensitivity(1000, 0.01, lipschitz=3.0) == pytest.approx(0.6)
+    # Jayaraman et al. 2018: Laplace scale 2G/(m n₍₁₎ λ ε), σ² = 8G²T ln(1/δ)/(m² n₍₁₎² ε²)
+    b = theory.multiparty_laplace_scale(
+        lipschitz=1.0, parties=5, smallest_party_size=200, lam=0.01, epsilon=0.5
+    )
+    assert b == pytest.approx(2.0 / (5 * 200 * 0.01 * 0.5))
+    # m = 1 party reduces to single-party output perturbation with the Laplace scale Δ/ε
+    b1 = theory.multiparty_laplace_scale(
+        lipschitz=1.0, parties=1, smallest_party_size=200, lam=0.01, epsilon=0.5
+    )
+    assert b1 == pytest.approx(
+        theory.laplace_scale(theory.output_perturbation_sensitivity(200, 0.01), 0.5)
+    )
+    var = theory.multiparty_gradient_perturbation_variance(
+        lipschitz=1.0, parties=5, smallest_party_size=200, steps=100, epsilon=1.0, delta=1e-5
+    )
+    assert var == pytest.approx(8 * 100 * math.log(1e5) / (25 * 200**2))
+    with pytest.raises(DpauditError, match="The 'parties' parameter must be a positive integer"):
+        theory.multiparty_laplace_scale(
+            lipschitz=1.0, parties=0, smallest_party_size=200, lam=0.01, epsilon=0.5
+        )
