@@ -30,8 +30,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-err_console = Console(stderr=True, highlight=False)
-console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+console = Console(highlight=False, soft_wrap=True)
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -154,10 +154,12 @@ def run_command(
 @app.command("validate")
 def validate_command(file: Annotated[Path, typer.Argument(help="The audit file (TOML).")]) -> None:
     """Check an audit file without running it (exit 0 valid, 2 invalid)."""
+    from dpaudit.audit import check_runnable
     from dpaudit.config import load_config
 
     try:
         config = load_config(file)
+        check_runnable(config)
     except DpauditError as exc:
         raise fail(str(exc)) from None
     console.print(
@@ -239,6 +241,35 @@ def account(
         "μ bracket covers ε ≤", f"{bracket.epsilon_max:.3f} (beyond: δ ≤ {bracket.tail_delta:.1e})"
     )
     console.print(table)
+
+
+@app.command("report")
+def report_command(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory holding results.json.")],
+) -> None:
+    """Re-render RUN_DIR/report.html from RUN_DIR/results.json (exit 2 if missing/invalid)."""
+    import json
+
+    from dpaudit.report import render_report
+    from dpaudit.schemas import validate_results
+    from dpaudit.store import atomic_write_text
+
+    path = run_dir / "results.json"
+    if not path.is_file():
+        raise fail(f"no results.json in {str(run_dir)!r}; run `dpaudit run FILE -o DIR` first")
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise fail(f"{path}: not readable JSON: {exc}") from None
+    if not isinstance(results, dict):
+        raise fail(f"{path}: not a results object (a JSON object is expected)")
+    try:
+        validate_results(results)
+    except DpauditError as exc:
+        raise fail(f"{path}: {exc}") from None
+    out = run_dir / "report.html"
+    atomic_write_text(out, render_report(results))
+    console.print(str(out), markup=False, soft_wrap=True)
 
 
 def main() -> None:
