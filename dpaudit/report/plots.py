@@ -16,12 +16,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-import matplotlib
+import matplotlib as mpl
+import numpy as np
 
-matplotlib.use("Agg")  # no display; the SVG backend is selected by savefig(format="svg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+# Figures are built with the object API (matplotlib.figure.Figure), never pyplot: no GUI
+# backend is touched, the caller's (e.g. a notebook's) backend stays as it is, and
+# savefig(format="svg") renders with matplotlib's SVG backend.
+from matplotlib.figure import Figure
 
 #: Calm, colour-blind-safe colours (Okabe–Ito): H0 / H1 / empirical / theory kinds.
 COLOURS = {
@@ -68,12 +69,9 @@ def plain_text(label: Any) -> str:
 
 
 def svg_fragment(fig: Any) -> str:
-    """Serialise a figure to an SVG fragment safe to inline in HTML5 (and close it)."""
+    """Serialise a figure to an SVG fragment safe to inline in HTML5."""
     buf = io.StringIO()
-    try:
-        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-    finally:
-        plt.close(fig)
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     svg = buf.getvalue()
     # The HTML parser needs neither the XML prolog nor the DOCTYPE, and both name URLs.
     svg = re.sub(r"<\?xml[^>]*\?>\s*", "", svg)
@@ -109,8 +107,9 @@ def tradeoff_plot(test: dict[str, Any]) -> str | None:
     )
     if fpr.size == 0 or fpr.size != fnr.size:
         return None
-    with plt.rc_context(_RC):
-        fig, ax = plt.subplots(figsize=(4.6, 4.2))
+    with mpl.rc_context(_RC):
+        fig = Figure(figsize=(4.6, 4.2))
+        ax = fig.subplots()
         if fpr_lo.size == fpr.size == fpr_hi.size == fnr_lo.size == fnr_hi.size:
             xs = np.concatenate([fpr_hi, fpr_lo[::-1]])
             ys = np.concatenate([fnr_hi, fnr_lo[::-1]])
@@ -143,8 +142,9 @@ def roc_plot(test: dict[str, Any]) -> str | None:
     # Log axes cannot show rate 0: start one count above it (the smallest non-zero rate).
     floor = 1.0 / max(negatives, positives, 10)
     keep = (fpr > 0) & (tpr > 0)
-    with plt.rc_context(_RC):
-        fig, ax = plt.subplots(figsize=(4.6, 4.2))
+    with mpl.rc_context(_RC):
+        fig = Figure(figsize=(4.6, 4.2))
+        ax = fig.subplots()
         if fnr_lo.size == fpr.size == fnr_hi.size == fpr_lo.size == fpr_hi.size:
             band = fpr > 0
             ax.fill_between(
@@ -190,8 +190,9 @@ def histogram_plot(test: dict[str, Any]) -> str | None:
         return None
     names: Sequence[Any] = test.get("hypotheses") or ("H0", "H1")
     widths = np.diff(edges)
-    with plt.rc_context(_RC):
-        fig, ax = plt.subplots(figsize=(9.4, 2.8))
+    with mpl.rc_context(_RC):
+        fig = Figure(figsize=(9.4, 2.8))
+        ax = fig.subplots()
         for counts, name, key in ((neg, names[0], "negative"), (pos, names[-1], "positive")):
             total = counts.sum()
             density = counts / (total * widths) if total > 0 else counts
