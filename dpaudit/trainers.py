@@ -1,0 +1,560 @@
+"""The registry of trainers a canary audit can audit, and the user-trainer protocol.
+
+A trainer trains K models, model ``k`` on the rows ``i`` of ``X`` with
+``membership[k, i]``, and returns what the audit needs: the canary's score under every
+model (or the models, from which the audit computes black-box scores) and **what it
+actually ran** — a :class:`~dpaudit.records.DPSGDRecord` per model, which the
+accountant turns into ε(δ) and μ, or a :class:`~dpaudit.mechanisms.Claim` (ε, δ, μ) for
+procedures without a DP-SGD accountant. The upper bound of the audit is read from that
+output, never from the configuration.
+
+Built-ins (:data:`TRAINERS`):
+
+* ``dpsgd``: the engine's Poisson-subsampled DP-SGD (Abadi et al. 2016, Alg. 1).
+* ``dpgd``: the engine's full-batch DP-GD (q = 1, every member in every step).
+* ``output-perturbation``: λ-regularised logistic regression trained to its optimum,
+  then noise b with density ∝ exp(−nλε‖b‖/2) (Chaudhuri, Monteleoni, Sarwate 2011,
+  Alg. 1); claims ε-DP.
+* ``multiparty``: m parties' λ-regularised models averaged, then noise of scale
+  2G/(m·n₍₁₎·λ·ε) (Jayaraman et al. 2018, model aggregation); claims ε-DP.
+* ``plain``: the engine without clipping or noise; claims nothing.
+
+User trainers are given as ``"pkg.module:function"`` and follow this protocol::
+
+    def my_trainer(X, y, membership, *, seed, canary, settings) -> TrainerOutput | dict
+
+    X           (n, d) float32 features; with an input-space canary its row is X[canary.row]
+    y           (n,) int64 labels
+    membership  (K, n) bool: model k trains on rows i with membership[k, i]
+                (the canary's column is ``canary.included``)
+    seed        int: the base seed; a unit of models is ``settings.model_offset`` onwards,
+                and model k must draw its randomness from (seed, model_offset + k) only
+    canary      CanarySetup: kind, threat_model, row, direction (Dirac), included (K,)
+    settings    TrainerSettings: model, training (TrainingSpec), num_classes, options
+
+returning a :class:`TrainerOutput` (or a dict with the same keys): ``scores`` (K,)
+(larger = "canary in") or ``models`` (a ModelStack, scored black-box by the audit), and
+``records`` (one DPSGDRecord per model) or ``claim`` (a Claim, or a dict
+``{"epsilon": .., "delta": .., "mu": ..}``).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dpaudit import theory
+from dpaudit.errors import ConfigError, DpauditError
+from dpaudit.mechanisms import Claim, load_callable
+from dpaudit.models import ModelSpec, ModelStack
+from dpaudit.records import DPSGDRecord
+from dpaudit.training import GradientCanary, StepInfo, TrainingSpec, train_many
+
+__all__ = [
+    "TRAINERS",
+    "CanarySetup",
+    "TrainerOutput",
+    "TrainerSettings",
+    "get_trainer",
+    "output_perturbation_models",
+    "regularised_logistic_optimum",
+]
+
+
+@dataclass(frozen=True)
+class CanarySetup:
+    """What a trainer is told about the canary.
+
+    Attributes:
+        kind: ``"mislabeled"``, ``"ood"``, ``"clipbkd"`` or ``"dirac"``.
+        threat_model: ``"black-box"`` (the audit scores the final models) or
+            ``"white-box"`` (the trainer returns the sum over steps of the privatised
+            update's projection on ``direction``).
+        included: ``(K,)`` whether each model's dataset holds the canary.
+        row: the canary's row in ``X`` for input-space canaries, else ``None``.
+        direction: ``(P,)`` the gradient canary (Dirac) in flat parameter order, else ``None``.
+    """
+
+    kind: str
+    threat_model: str
+    included: np.ndarray = field(repr=False)
+    row: int | None = None
+    direction: np.ndarray | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    """How to train: the architecture, the optimiser and DP spec, and trainer options.
+
+    Attributes:
+        model: the architecture (logistic regression or MLP).
+        training: epochs, batch size, learning rate and ``dp`` (σ, C) for the engine.
+        num_classes: number of classes.
+        model_offset: global index of the first model of this call (work units).
+        options: trainer-specific numbers (``epsilon``, ``lam``, ``parties``, ...).
+    """
+
+    model: ModelSpec
+    training: TrainingSpec
+    num_classes: int
+    model_offset: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrainerOutput:
+    """What a trainer ran and produced.
+
+    Attributes:
+        scores: ``(K,)`` canary scores (larger = "in"), or ``None`` when ``models`` is set.
+        models: the trained stack, scored black-box by the audit when ``scores`` is None.
+        records: one :class:`DPSGDRecord` per model stating what was executed, or ``None``.
+        claim: the (ε, δ)/μ guarantee of what ran, for trainers without a record.
+    """
+
+    scores: np.ndarray | None = field(default=None, repr=False)
+    models: ModelStack | None = field(default=None, repr=False)
+    records: tuple[DPSGDRecord, ...] | None = field(default=None, repr=False)
+    claim: Claim | None = None
+
+    def __post_init__(self) -> None:
+        if self.scores is None and self.models is None:
+            raise DpauditError("A trainer must return 'scores' or 'models'. Got neither.")
+        if self.records is None and self.claim is None:
+            raise DpauditError(
+                "A trainer must return what it ran: 'records' (DPSGDRecord per model) or "
+                "'claim' (epsilon, delta, mu). Got neither."
+            )
+
+
+Trainer = Callable[..., TrainerOutput]
+
+
+# ----------------------------------------------------------------------- engine trainers
+
+
+class _ProjectionObserver:
+    """Sums, over steps, each model's privatised gradient projected on a direction.
+
+    The update is −learning_rate × the privatised gradient when momentum and weight decay
+    are 0, so this is the white-box statistic of Nasr et al. 2023 (§3) up to the positive
+    factor learning_rate, which does not change any threshold test.
+    """
+
+    def __init__(self, direction: np.ndarray, num_models: int, model_offset: int) -> None:
+        d = np.asarray(direction, dtype=np.float64)
+        self.direction = torch.as_tensor(d / np.linalg.norm(d))
+        nonzero = np.flatnonzero(d)
+        self.index = int(nonzero[0]) if nonzero.size == 1 else None  # Dirac: one column
+        self.sums = np.zeros(num_models)
+        self.offset = model_offset
+
+    def __call__(self, info: StepInfo) -> None:
+        g = info.gradients
+        proj = g[:, self.index] if self.index is not None else g @ self.direction.to(g.dtype)
+        proj = torch.where(info.active, proj, torch.zeros_like(proj))
+        rows = info.model_indices.numpy() - self.offset
+        self.sums[rows] += proj.double().numpy()
+
+
+def _engine_train(
+    X: np.ndarray,
+    y: np.ndarray,
+    membership: np.ndarray,
+    *,
+    seed: int,
+    canary: CanarySetup,
+    settings: TrainerSettings,
+    training: TrainingSpec,
+) -> tuple[np.ndarray | None, ModelStack, tuple[DPSGDRecord | None, ...]]:
+    observer = None
+    gradient_canary = None
+    if canary.threat_model == "white-box":
+        if canary.direction is None:
+            raise ConfigError("A white-box canary audit needs a gradient canary ('dirac').")
+        observer = _ProjectionObserver(canary.direction, membership.shape[0], settings.model_offset)
+        gradient_canary = GradientCanary(canary.direction, canary.included)
+    result = train_many(
+        X,
+        y,
+        membership,
+        model=settings.model,
+        training=training,
+        seed=seed,
+        num_classes=settings.num_classes,
+        model_offset=settings.model_offset,
+        step_observer=observer,
+        gradient_canary=gradient_canary,
+    )
+    scores = observer.sums if observer is not None else None
+    return scores, result.models, result.records  # type: ignore[return-value]
+
+
+def _require_dp(training: TrainingSpec, name: str) -> None:
+    if training.dp is None:
+        raise ConfigError(f"The {name!r} trainer needs [dpsgd.training.dp] (noise, clipping).")
+
+
+def dpsgd_trainer(
+    X: np.ndarray,
+    y: np.ndarray,
+    membership: np.ndarray,
+    *,
+    seed: int,
+    canary: CanarySetup,
+    settings: TrainerSettings,
+) -> TrainerOutput:
+    """The engine's Poisson-subsampled DP-SGD; returns the engine's records."""
+    _require_dp(settings.training, "dpsgd")
+    training = _replace(settings.training, full_batch=False)
+    scores, models, records = _engine_train(
+        X, y, membership, seed=seed, canary=canary, settings=settings, training=training
+    )
+    return TrainerOutput(scores=scores, models=models, records=records)  # type: ignore[arg-type]
+
+
+def dpgd_trainer(
+    X: np.ndarray,
+    y: np.ndarray,
+    membership: np.ndarray,
+    *,
+    seed: int,
+    canary: CanarySetup,
+    settings: TrainerSettings,
+) -> TrainerOutput:
+    """The engine's full-batch DP-GD (q = 1); returns the engine's records."""
+    _require_dp(settings.training, "dpgd")
+    training = _replace(settings.training, full_batch=True)
+    scores, models, records = _engine_train(
+        X, y, membership, seed=seed, canary=canary, settings=settings, training=training
+    )
+    return TrainerOutput(scores=scores, models=models, records=records)  # type: ignore[arg-type]
+
+
+def plain_trainer(
+    X: np.ndarray,
+    y: np.ndarray,
+    membership: np.ndarray,
+    *,
+    seed: int,
+    canary: CanarySetup,
+    settings: TrainerSettings,
+) -> TrainerOutput:
+    """The engine without clipping or noise: no privacy is claimed (ε = ∞)."""
+    if canary.threat_model == "white-box":
+        raise ConfigError(
+            "The 'plain' trainer supports black-box audits only (no DP, no canary hook)."
+        )
+    training = _replace(settings.training, dp=None)
+    _, models, _ = _engine_train(
+        X, y, membership, seed=seed, canary=canary, settings=settings, training=training
+    )
+    return TrainerOutput(models=models, claim=Claim(epsilon=math.inf, delta=0.0))
+
+
+def _replace(training: TrainingSpec, **changes: Any) -> TrainingSpec:
+    from dataclasses import replace
+
+    return replace(training, **changes)
+
+
+# ------------------------------------------------------------ output perturbation (ERM)
+
+
+def _binary_labels(y: np.ndarray, settings: TrainerSettings, name: str) -> np.ndarray:
+    if settings.num_classes != 2:
+        raise ConfigError(
+            f"The {name!r} trainer is binary logistic regression: the dataset must have 2 "
+            f"classes (use a label such as 'column>value'). Got {settings.num_classes} classes."
+        )
+    return np.where(np.asarray(y) == 1, 1.0, -1.0)
+
+
+def regularised_logistic_optimum(
+    X: np.ndarray,
+    signs: np.ndarray,
+    membership: np.ndarray,
+    *,
+    lam: float,
+    average: bool = True,
+    iterations: int = 30,
+) -> np.ndarray:
+    """The minimisers w_k of (1/n_k)·Σ_{i∈k} log(1 + e^{−y_i⟨w, x_i⟩}) + (λ/2)‖w‖².
+
+    Newton's method on all K objectives at once (float64). The objective is λ-strongly
+    convex with a Lipschitz Hessian, so Newton converges quadratically from w = 0;
+    ``iterations`` = 30 is far past machine precision for the small problems audited.
+
+    Args:
+        X: ``(n, d)`` features.
+        signs: ``(n,)`` labels in {−1, +1}.
+        membership: ``(K, n)`` booleans.
+        lam: λ > 0.
+        average: ``False`` drops the 1/n_k in front of the loss sum (a planted bug used
+            in tests: the sensitivity is then 2/λ, not 2/(nλ)).
+        iterations: Newton steps.
+
+    Returns:
+        ``(K, d)`` minimisers.
+    """
+    x = torch.as_tensor(np.asarray(X, dtype=np.float64))
+    s = torch.as_tensor(np.asarray(signs, dtype=np.float64))
+    m = torch.as_tensor(np.asarray(membership, dtype=np.float64))
+    k, d = m.shape[0], x.shape[1]
+    weight = m / m.sum(dim=1, keepdim=True) if average else m
+    w = torch.zeros((k, d), dtype=torch.float64)
+    eye = torch.eye(d, dtype=torch.float64)
+    for _ in range(iterations):
+        margins = s * (w @ x.T)  # (K, n)
+        p = torch.sigmoid(-margins)  # −∂ℓ/∂margin
+        grad = -(weight * p * s) @ x + lam * w
+        curvature = weight * p * (1 - p)  # (K, n)
+        hess = torch.einsum("kn,ni,nj->kij", curvature, x, x) + lam * eye
+        w = w - torch.linalg.solve(hess, grad.unsqueeze(-1)).squeeze(-1)
+    return w.numpy()
+
+
+def _gamma_ball_noise(
+    num_models: int, dim: int, scale: float, *, seed: int, model_offset: int
+) -> np.ndarray:
+    """Noise with density ∝ exp(−‖b‖/scale): uniform direction, norm ~ Gamma(d, scale).
+
+    Each model's draw comes from its own stream (seed, model index), so a model's noise
+    does not depend on the unit it is computed in.
+
+    References:
+        Chaudhuri, Monteleoni, Sarwate 2011, Alg. 1 (the density and its sampling).
+    """
+    out = np.empty((num_models, dim))
+    for k in range(num_models):
+        rng = np.random.default_rng([seed, model_offset + k, 7])
+        u = rng.standard_normal(dim)
+        out[k] = rng.gamma(dim, scale) * u / np.linalg.norm(u)
+    return out
+
+
+def _row_norm_check(X: np.ndarray, name: str) -> None:
+    top = float(np.max(np.linalg.norm(X, axis=1)))
+    if top > 1.0 + 1e-6:
+        raise ConfigError(
+            f"The {name!r} trainer needs rows with ‖x‖ ≤ 1 (the loss must be 1-Lipschitz). "
+            f"Got a row of norm {top:.4g}; set normalize = true in [dpsgd]."
+        )
+
+
+def _linear_stack(w: np.ndarray, num_features: int) -> ModelStack:
+    """A binary linear model w as a 2-class logistic stack: logits (0, ⟨w, x⟩)."""
+    k = w.shape[0]
+    weight = torch.zeros((k, 2, num_features), dtype=torch.float64)
+    weight[:, 1, :] = torch.as_tensor(w)
+    bias = torch.zeros((k, 2), dtype=torch.float64)
+    return ModelStack(ModelSpec(kind="logistic"), [weight], [bias])
+
+
+def output_perturbation_models(
+    X: np.ndarray,
+    y: np.ndarray,
+    membership: np.ndarray,
+    *,
+    epsilon: float,
+    lam: float,
+    seed: int,
+    model_offset: int = 0,
+    average: bool = True,
+) -> np.ndarray:
+    """K output-perturbed λ-regularised logistic regressions (Chaudhuri et al. 2011, Alg. 1).
+
+    The noise scale is 2/(n·λ·ε) with n the smallest member count (sensitivity 2/(nλ),
+    Cor. 8); the norm of b is Gamma(d, 2/(nλε)).
+    """
+    signs = np.where(np.asarray(y) == 1, 1.0, -1.0)
+    w = regularised_logistic_optimum(X, signs, membership, lam=lam, average=average)
+    # The neighbour relation is add/remove one row: the smaller of the two datasets has
+    # the larger sensitivity, so the noise uses the smallest member count of the models.
+    n = int(membership.sum(axis=1).min())
+    scale = theory.output_perturbation_sensitivity(n, lam) / epsilon
+    return w + _gamma_ball_noise(
+        w.shape[0], w.shape[1], scale, seed=seed, model_offset=model_offset
+    )
+
+
+def _options(settings: TrainerSettings, name: str, *keys: str) -> list[float]:
+    missing = [k for k in keys if settings.options.get(k) is None]
+    if missing:
+        raise ConfigError(
+            f"The {name!r} trainer needs {', '.join(repr(k) for k in missing)} in [dpsgd]."
+        )
+    return [float(settings.options[k]) for k in keys]
+
+
+def output_perturbation_trainer(
+    X: np.ndarray,
+    y: np.ndarray,
+    membership: np.ndarray,
+    *,
+    seed: int,
+    canary: CanarySetup,
+    settings: TrainerSettings,
+) -> TrainerOutput:
+    """Chaudhuri et al. 2011 output perturbation; claims ε-DP (δ = 0).
+
+    Options: ``epsilon``, ``lam``.
+    """
+    if canary.threat_model != "black-box":
+        raise ConfigError("The 'output-perturbation' trainer releases one model: black-box only.")
+    epsilon, lam = _options(settings, "output-perturbation", "epsilon", "lam")
+    _binary_labels(y, settings, "output-perturbation")
+    _row_norm_check(X, "output-perturbation")
+    w = output_perturbation_models(
+        X, y, membership, epsilon=epsilon, lam=lam, seed=seed, model_offset=settings.model_offset
+    )
+    return TrainerOutput(
+        models=_linear_stack(w, X.shape[1]), claim=Claim(epsilon=epsilon, delta=0.0)
+    )
+
+
+def multiparty_trainer(
+    X: np.ndarray,
+    y: np.ndarray,
+    membership: np.ndarray,
+    *,
+    seed: int,
+    canary: CanarySetup,
+    settings: TrainerSettings,
+) -> TrainerOutput:
+    """Jayaraman et al. 2018 model aggregation; claims ε-DP (δ = 0).
+
+    The rows of ``X`` are dealt to ``parties`` parties round-robin (the canary row goes to
+    party 0); each party fits its λ-regularised model on its members, the m models are
+    averaged, and noise of density ∝ exp(−‖b‖/s), s = 2G/(m·n₍₁₎·λ·ε), is added once.
+    Options: ``epsilon``, ``lam``, ``parties``.
+
+    The ℓ2 form of the "Laplace" noise is the one whose density ratio is bounded by the
+    ℓ2 sensitivity 2G/(m·n₍₁₎·λ) of the average (Chaudhuri et al. 2011, Thm. 6 argument);
+    per-coordinate Laplace at this scale would need the ℓ1 sensitivity.
+
+    References:
+        Jayaraman, Wang, Evans, Gu 2018 (NeurIPS), §3 "model aggregation".
+    """
+    if canary.threat_model != "black-box":
+        raise ConfigError("The 'multiparty' trainer releases one model: black-box only.")
+    epsilon, lam, parties_f = _options(settings, "multiparty", "epsilon", "lam", "parties")
+    parties = int(parties_f)
+    if parties < 1:
+        raise ConfigError(f"The 'parties' parameter must be an integer >= 1. Got {parties}.")
+    _binary_labels(y, settings, "multiparty")
+    _row_norm_check(X, "multiparty")
+    signs = np.where(np.asarray(y) == 1, 1.0, -1.0)
+    n = X.shape[0]
+    owner = np.arange(n) % parties
+    if canary.row is not None:
+        owner[canary.row] = 0
+    total = np.zeros((membership.shape[0], X.shape[1]))
+    smallest = n
+    for p in range(parties):
+        part = membership & (owner == p)[None, :]
+        sizes = part.sum(axis=1)
+        if sizes.min() == 0:
+            raise ConfigError(f"Party {p} has no rows: use fewer parties or more data.")
+        smallest = min(smallest, int(sizes.min()))
+        total += regularised_logistic_optimum(X, signs, part, lam=lam)
+    scale = theory.multiparty_laplace_scale(
+        lipschitz=1.0, parties=parties, smallest_party_size=smallest, lam=lam, epsilon=epsilon
+    )
+    w = total / parties + _gamma_ball_noise(
+        total.shape[0], X.shape[1], scale, seed=seed, model_offset=settings.model_offset
+    )
+    return TrainerOutput(
+        models=_linear_stack(w, X.shape[1]), claim=Claim(epsilon=epsilon, delta=0.0)
+    )
+
+
+# --------------------------------------------------------------------------- registry
+
+TRAINERS: dict[str, Trainer] = {
+    "dpsgd": dpsgd_trainer,
+    "dpgd": dpgd_trainer,
+    "output-perturbation": output_perturbation_trainer,
+    "multiparty": multiparty_trainer,
+    "plain": plain_trainer,
+}
+
+
+def get_trainer(name: str, *, base_dir: str | Path | None = None) -> Trainer:
+    """The trainer registered as ``name``, or a user trainer ``"pkg.module:function"``.
+
+    Raises:
+        ConfigError: An unknown name (the message lists the valid ones) or a user trainer
+            that cannot be imported.
+    """
+    if name in TRAINERS:
+        return TRAINERS[name]
+    if isinstance(name, str) and ":" in name:
+        if base_dir is not None and str(base_dir) not in sys.path:
+            sys.path.insert(0, str(base_dir))  # plug-ins next to the audit file
+        fn = load_callable(name, what="trainer")
+        return _user_trainer(fn, name)
+    valid = ", ".join(repr(t) for t in TRAINERS)
+    raise ConfigError(
+        f"The 'trainer' parameter must be one of {{{valid}}} or 'pkg.module:function'. "
+        f"Got {name!r} instead."
+    )
+
+
+def _user_trainer(fn: Callable[..., Any], name: str) -> Trainer:
+    def run(
+        X: np.ndarray,
+        y: np.ndarray,
+        membership: np.ndarray,
+        *,
+        seed: int,
+        canary: CanarySetup,
+        settings: TrainerSettings,
+    ) -> TrainerOutput:
+        out = fn(X, y, membership, seed=seed, canary=canary, settings=settings)
+        return coerce_output(out, num_models=membership.shape[0], name=name)
+
+    return run
+
+
+def coerce_output(out: Any, *, num_models: int, name: str) -> TrainerOutput:
+    """Check a trainer's output (a :class:`TrainerOutput` or a dict) and normalise it."""
+    if isinstance(out, dict):
+        unknown = set(out) - {"scores", "models", "records", "claim"}
+        if unknown:
+            raise DpauditError(f"Trainer {name!r} returned unknown keys {sorted(unknown)}.")
+        claim = out.get("claim")
+        if isinstance(claim, dict):
+            claim = Claim(**claim)
+        records = out.get("records")
+        scores = out.get("scores")
+        out = TrainerOutput(
+            scores=None if scores is None else np.asarray(scores, dtype=float),
+            models=out.get("models"),
+            records=None if records is None else tuple(records),
+            claim=claim,
+        )
+    if not isinstance(out, TrainerOutput):
+        raise DpauditError(
+            f"Trainer {name!r} must return a TrainerOutput or a dict. Got {type(out).__name__}."
+        )
+    if out.scores is not None:
+        s = np.asarray(out.scores, dtype=float).reshape(-1)
+        if s.size != num_models or not np.all(np.isfinite(s)):
+            raise DpauditError(
+                f"Trainer {name!r} must return {num_models} finite scores. Got {s.size} "
+                f"values{'' if np.all(np.isfinite(s)) else ' with NaN or infinity'}."
+            )
+    if out.records is not None and len(out.records) != num_models:
+        raise DpauditError(
+            f"Trainer {name!r} must return one record per model ({num_models}). "
+            f"Got {len(out.records)}."
+        )
+    return out
