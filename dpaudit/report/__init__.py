@@ -141,13 +141,13 @@ def render_report(results: dict[str, Any]) -> str:
     if hasattr(results, "to_dict"):
         results = results.to_dict()
     tests = []
-    for test in results.get("tests") or []:
+    for i, test in enumerate(results.get("tests") or []):
         tests.append(
             {
                 "data": test,
-                "tradeoff_svg": _safe(plots.tradeoff_plot(test)),
-                "roc_svg": _safe(plots.roc_plot(test)),
-                "histogram_svg": _safe(plots.histogram_plot(test)),
+                "tradeoff_svg": _safe(plots.tradeoff_plot(test, id_prefix=f"t{i}-tradeoff-")),
+                "roc_svg": _safe(plots.roc_plot(test, id_prefix=f"t{i}-roc-")),
+                "histogram_svg": _safe(plots.histogram_plot(test, id_prefix=f"t{i}-hist-")),
             }
         )
     checks = results.get("checks") or []

@@ -10,7 +10,6 @@ so user strings (hypothesis names, curve labels) cannot inject markup.
 from __future__ import annotations
 
 import io
-import itertools
 import math
 import re
 from collections.abc import Sequence
@@ -55,8 +54,6 @@ _RC = {
     "text.usetex": False,
 }
 
-_counter = itertools.count(1)
-
 
 def plain_text(label: Any) -> str:
     """A user string made safe for matplotlib text: no mathtext, not hidden from legends.
@@ -68,8 +65,13 @@ def plain_text(label: Any) -> str:
     return " " + text if text.startswith("_") else text
 
 
-def svg_fragment(fig: Any) -> str:
-    """Serialise a figure to an SVG fragment safe to inline in HTML5."""
+def svg_fragment(fig: Any, *, id_prefix: str = "fig-") -> str:
+    """Serialise a figure to an SVG fragment safe to inline in HTML5.
+
+    Args:
+        fig: A matplotlib figure.
+        id_prefix: Prepended to every element id (and reference), unique per plot in a page.
+    """
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     svg = buf.getvalue()
@@ -82,7 +84,7 @@ def svg_fragment(fig: Any) -> str:
     # maps xlink:href itself (HTML Living Standard, "adjust foreign attributes").
     svg = re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", svg)
     # Ids from different figures must not clash in one document.
-    prefix = f"f{next(_counter)}-"
+    prefix = id_prefix
     svg = re.sub(r'\bid="', f'id="{prefix}', svg)
     svg = svg.replace("url(#", f"url(#{prefix}").replace('href="#', f'href="#{prefix}')
     svg = svg.replace("<svg ", '<svg role="img" ', 1)
@@ -93,7 +95,7 @@ def _arrays(curve: dict[str, Any], *keys: str) -> list[np.ndarray]:
     return [np.asarray(curve.get(k) or [], dtype=float) for k in keys]
 
 
-def tradeoff_plot(test: dict[str, Any]) -> str | None:
+def tradeoff_plot(test: dict[str, Any], *, id_prefix: str = "tradeoff-") -> str | None:
     """FPR vs FNR: the empirical trade-off curve, its CP region, and the theory curves.
 
     The region is the union over thresholds of the boxes [fpr_low, fpr_high] ×
@@ -125,10 +127,10 @@ def tradeoff_plot(test: dict[str, Any]) -> str | None:
         ax.set_xlabel("false positive rate (type I error)")
         ax.set_ylabel("false negative rate (type II error)")
         ax.legend(loc="upper right")
-        return svg_fragment(fig)
+        return svg_fragment(fig, id_prefix=id_prefix)
 
 
-def roc_plot(test: dict[str, Any]) -> str | None:
+def roc_plot(test: dict[str, Any], *, id_prefix: str = "roc-") -> str | None:
     """TPR vs FPR on log-log axes (low FPR is where privacy attacks matter)."""
     curve = test.get("curve") or {}
     fpr, fnr, fpr_lo, fpr_hi, fnr_lo, fnr_hi = _arrays(
@@ -178,10 +180,10 @@ def roc_plot(test: dict[str, Any]) -> str | None:
         ax.set_xlabel("false positive rate")
         ax.set_ylabel("true positive rate")
         ax.legend(loc="lower right")
-        return svg_fragment(fig)
+        return svg_fragment(fig, id_prefix=id_prefix)
 
 
-def histogram_plot(test: dict[str, Any]) -> str | None:
+def histogram_plot(test: dict[str, Any], *, id_prefix: str = "histogram-") -> str | None:
     """The score histograms of the two hypotheses (as densities, one step line each)."""
     hist = test.get("histogram") or {}
     (edges,) = _arrays(hist, "edges")
@@ -201,4 +203,4 @@ def histogram_plot(test: dict[str, Any]) -> str | None:
         ax.set_xlabel("attack score (larger means the attack believes the second hypothesis)")
         ax.set_ylabel("density")
         ax.legend(loc="upper right")
-        return svg_fragment(fig)
+        return svg_fragment(fig, id_prefix=id_prefix)
