@@ -78,7 +78,11 @@ def _summary(result: AuditResult) -> None:
     table = Table(title=f"dpaudit: {result.name}", title_justify="left")
     for col in ("test", "bound", "lower", "upper", "tightness", "validity"):
         table.add_column(col, justify="right" if col in ("lower", "upper", "tightness") else "left")
-    for c in result.comparisons:
+    shown = [
+        c for c in result.comparisons if c.in_verdict or c.lower.validity.startswith("rigorous")
+    ]
+    hidden = len(result.comparisons) - len(shown)
+    for c in shown:
         upper = "-" if c.upper is None else f"{c.upper:.4g}"
         tight = "-" if c.tightness is None else f"{c.tightness:.3f}"
         name = ("ε" if c.parameter == "epsilon" else "μ") + (
@@ -87,6 +91,8 @@ def _summary(result: AuditResult) -> None:
         mark = " [bold red]VIOLATION[/]" if c.violation else ""
         table.add_row(c.test, name, f"{c.lower.value:.4g}{mark}", upper, tight, c.lower.validity)
     console.print(table)
+    if hidden:
+        console.print(f"({hidden} informational bounds outside the verdict are in the report)")
     for check in result.checks:
         status = "[green]pass[/]" if check.passed else "[bold red]FAIL[/]"
         console.print(f"{status} {check.name}: {check.message}", highlight=False)

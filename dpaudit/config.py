@@ -95,6 +95,66 @@ class MechanismSection(_Table):
         return self
 
 
+class DataSection(_Table):
+    """The dataset a target is trained on (see :func:`dpaudit.data.load_dataset`)."""
+
+    dataset: str
+    label: str | None = None
+    sensitive: str | None = None
+    features: list[str] | None = None
+    audited_size: Annotated[int, Field(ge=2)] = 500
+    population_size: Annotated[int, Field(ge=2)] | None = None
+
+
+class ModelSection(_Table):
+    kind: Literal["logistic", "mlp"] = "mlp"
+    hidden: list[Annotated[int, Field(ge=1)]] = [64]
+    activation: Literal["relu", "tanh", "sigmoid", "gelu"] = "relu"
+
+
+class DPSection(_Table):
+    """DP-SGD: give ``noise_multiplier`` or a ``target_epsilon`` to calibrate it for."""
+
+    noise_multiplier: Annotated[float, Field(ge=0.0)] | None = None
+    target_epsilon: Positive | None = None
+    clipping_norm: Positive = 1.0
+
+    @model_validator(mode="after")
+    def _one_noise_source(self) -> DPSection:
+        if (self.noise_multiplier is None) == (self.target_epsilon is None):
+            raise ValueError("give exactly one of 'noise_multiplier' or 'target_epsilon'")
+        return self
+
+
+class TrainingSection(_Table):
+    epochs: Annotated[int, Field(ge=1)] = 10
+    batch_size: Annotated[int, Field(ge=1)] = 64
+    learning_rate: Positive = 0.1
+    momentum: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    weight_decay: Annotated[float, Field(ge=0.0)] = 0.0
+    dp: DPSection | None = None
+
+
+class TargetSection(_Table):
+    """Which targets dpaudit trains: ``plain`` ignores ``[training.dp]``, ``dp`` uses it."""
+
+    variants: Annotated[list[Literal["plain", "dp"]], Field(min_length=1)] | None = None
+
+
+class MembershipSection(_Table):
+    attacks: Annotated[list[Literal["loss", "shadow", "lira"]], Field(min_length=1)] = [
+        "loss",
+        "shadow",
+        "lira",
+    ]
+    reference_models: Annotated[int, Field(ge=2)] = 64
+    shadow_models: Annotated[int, Field(ge=1)] = 16
+
+
+class AttributeSection(_Table):
+    """Yeom et al. attribute inference on ``[data] sensitive`` (no options yet)."""
+
+
 class GateSection(_Table):
     """Release-gate policies; each becomes a named check with value, limit and pass/fail."""
 
@@ -124,6 +184,12 @@ class AuditConfig(_Table):
 
     audit: AuditSection
     mechanism: MechanismSection | None = None
+    data: DataSection | None = None
+    model: ModelSection = ModelSection()
+    training: TrainingSection = TrainingSection()
+    target: TargetSection = TargetSection()
+    membership: MembershipSection | None = None
+    attribute: AttributeSection | None = None
     gate: GateSection = GateSection()
     execution: ExecutionSection = ExecutionSection()
     report: ReportSection = ReportSection()
@@ -159,7 +225,20 @@ class AuditConfig(_Table):
                 raise ValueError(
                     f"audit kind {kind!r} is listed in [audit] kinds but [{kind}] is missing"
                 )
+        needs_data = {"membership", "attribute"} & set(self.audit.kinds)
+        if needs_data and self.data is None:
+            raise ValueError(f"audit kind {sorted(needs_data)[0]!r} needs a [data] table")
+        if "attribute" in self.audit.kinds and self.data.sensitive is None:
+            raise ValueError("audit kind 'attribute' needs [data] sensitive = '<column>'")
+        if "dp" in self.target_variants() and self.training.dp is None:
+            raise ValueError("[target] variants lists 'dp' but [training.dp] is missing")
         return self
+
+    def target_variants(self) -> list[str]:
+        """The targets to train: ``[target] variants``, else ``dp`` when DP is configured."""
+        if self.target.variants is not None:
+            return list(dict.fromkeys(self.target.variants))
+        return ["dp"] if self.training.dp is not None else ["plain"]
 
     def canonical_json(self) -> str:
         """The configuration as sorted JSON: what the config hash is taken of."""

@@ -57,7 +57,7 @@ def evaluate_gate(
                     0.0,
                     True,
                     f"no rigorous lower bound exceeds its upper bound "
-                    f"({len(comparisons)} compared)",
+                    f"({sum(c.in_verdict for c in comparisons)} compared)",
                 )
             )
     if gate.max_epsilon_lower_bound is not None:

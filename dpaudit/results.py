@@ -98,6 +98,7 @@ class AuditResult:
         comparisons: Every lower bound with its upper bound and tightness.
         tests: One summary per audited test (mechanism, attack, canary): metrics, curve
             points, histogram, theoretical curves.
+        attribute: Attribute-inference results (accuracies, advantage, DP bound).
         config: The validated configuration as a dict.
         config_text: The audit file as written.
         provenance: Versions, hashes, seed, timings, unit counts.
@@ -111,6 +112,7 @@ class AuditResult:
     comparisons: tuple[Comparison, ...]
     tests: tuple[dict[str, Any], ...] = field(repr=False)
     config: dict[str, Any] = field(repr=False)
+    attribute: tuple[dict[str, Any], ...] = field(repr=False, default=())
     config_text: str = field(repr=False, default="")
     provenance: dict[str, Any] = field(repr=False, default_factory=dict)
     warnings: tuple[str, ...] = ()
@@ -128,6 +130,7 @@ class AuditResult:
             "checks": [c.to_dict() for c in self.checks],
             "bounds": [c.to_dict() for c in self.comparisons],
             "tests": _jsonable(list(self.tests)),
+            "attribute": _jsonable(list(self.attribute)),
             "config": self.config,
             "config_text": self.config_text,
             "provenance": _jsonable(self.provenance),
