@@ -99,10 +99,11 @@ def _summary(result: AuditResult) -> None:
     for w in result.warnings:
         console.print(f"[yellow]warning[/]: {w}")
     colour = "green" if result.verdict == "pass" else "bold red"
-    console.print(
-        f"verdict: [{colour}]{result.verdict}[/] (privacy: {result.privacy_verdict}); "
-        f"results in {result.provenance.get('run_dir')}"
-    )
+    run_dir = Path(str(result.provenance.get("run_dir")))
+    console.print(f"verdict: [{colour}]{result.verdict}[/] (privacy: {result.privacy_verdict})")
+    console.print(f"results: {run_dir / 'results.json'}", markup=False)
+    if (run_dir / "report.html").is_file():
+        console.print(f"report: {run_dir / 'report.html'}", markup=False)
 
 
 def write_junit(result: AuditResult, path: Path) -> None:
