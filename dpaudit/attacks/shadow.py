@@ -65,7 +65,8 @@ class ShadowAttack(MembershipAttack):
 
     Each of the K shadow models is trained with the target's recipe on ``s`` population
     rows (``s`` = the target's training size, or half the population if that is smaller)
-    and sees ``s`` other population rows as non-members; all K are trained in one
+    and sees ``s`` other population rows as non-members (all drawn from one pool of at
+    most 4s population rows); all K are trained in one
     ``train_many`` call. For every class, a scikit-learn classifier learns "in" versus
     "out" from the shadow models' prediction vectors on their in and out rows; applied to
     the target's prediction vector on an audited row, its log-odds of "in" is the score.
@@ -74,9 +75,12 @@ class ShadowAttack(MembershipAttack):
         num_shadow_models: K ≥ 1.
         features: ``"probabilities+label"`` (default) or ``"sorted-probabilities"``
             (:func:`attack_features`).
-        classifier: ``"gradient-boosting"`` (scikit-learn's HistGradientBoostingClassifier)
-            or ``"logistic"``. Shokri et al. used a small neural network; any calibrated
-            binary classifier plays the same role.
+        classifier: ``"logistic"`` (default; standardised features, scikit-learn's
+            LogisticRegression) or ``"gradient-boosting"`` (HistGradientBoostingClassifier).
+            Shokri et al. used a small neural network; any calibrated binary classifier
+            plays the same role. On statsmodels:fair the logistic one was as strong
+            (AUC 0.70 vs 0.68) and fitted in 0.3 s instead of 20 s
+            (benchmarks/membership_attacks.py).
 
     References:
         Shokri, Stronati, Song, Shmatikov (2017), "Membership Inference Attacks Against
@@ -91,7 +95,7 @@ class ShadowAttack(MembershipAttack):
         *,
         num_shadow_models: int = 16,
         features: Literal["probabilities+label", "sorted-probabilities"] = ("probabilities+label"),
-        classifier: Literal["gradient-boosting", "logistic"] = "gradient-boosting",
+        classifier: Literal["gradient-boosting", "logistic"] = "logistic",
     ) -> None:
         self.num_shadow_models = check_int("num_shadow_models", num_shadow_models, minimum=1)
         self.features = check_choice(
@@ -116,24 +120,23 @@ class ShadowAttack(MembershipAttack):
         rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5AD]))
         size = min(context.target_train_size, P // 2)
         K = self.num_shadow_models
-        # Each shadow model draws 2s distinct population rows and trains on the first s.
-        chosen = np.argsort(rng.random((K, P)), axis=1)[:, : 2 * size]
-        member = np.zeros((K, P), dtype=bool)
+        # The shadow models share a pool of at most 4s population rows: the engine's cost
+        # per step grows with the rows it is handed, and 4s rows already give every shadow
+        # model a different training set (each draws 2s of them).
+        pool = np.sort(rng.permutation(P)[: min(P, 4 * size)])
+        pool_X, pool_y = context.population_X[pool], context.population_y[pool]
+        n = pool.size
+        # Each shadow model draws 2s distinct pool rows and trains on the first s of them.
+        chosen = np.argsort(rng.random((K, n)), axis=1)[:, : 2 * size]
+        member = np.zeros((K, n), dtype=bool)
         np.put_along_axis(member, chosen[:, :size], True, axis=1)
-        shadows = train_models(
-            context,
-            context.population_X,
-            context.population_y,
-            member,
-            seed=int(rng.integers(2**63)),
-        )
-        logits = stack_logits(shadows, context.population_X)  # (K, P, C)
-        feats = attack_features(logits, context.population_y, self.features)
+        shadows = train_models(context, pool_X, pool_y, member, seed=int(rng.integers(2**63)))
+        feats = attack_features(stack_logits(shadows, pool_X), pool_y, self.features)
         rows = chosen.ravel()
         models = np.repeat(np.arange(K), 2 * size)
         train_X = feats[models, rows]
         train_in = member[models, rows].astype(np.int64)
-        train_y = context.population_y[rows]
+        train_y = pool_y[rows]
 
         fitted = self._fit(train_X, train_in, train_y, context.num_classes, seed)
         target_feats = attack_features(stack_logits(context.target, X), y, self.features)
