@@ -322,8 +322,18 @@ def _target_results(
     return found, stats
 
 
+def brings_own_target(config: AuditConfig) -> bool:
+    """True when ``[target]`` names a model or scores file instead of training one."""
+    return any(getattr(config.target, key, None) for key in ("path", "scores", "factory"))
+
+
 def run_membership(config: AuditConfig, store: RunStore, progress: Progress | None) -> KindOutcome:
     from dpaudit.bounds import one_run_epsilon_lower_bound
+
+    if brings_own_target(config):
+        from dpaudit.targets import run_byo_membership
+
+        return run_byo_membership(config, store, progress)
 
     results, stats = _target_results(config, store, progress, "membership")
     c = config.audit.confidence_level
