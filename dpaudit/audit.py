@@ -118,7 +118,14 @@ def run_mechanism(config: AuditConfig, store: RunStore, progress: Progress | Non
     units = mechanism_units(config)
     tick = (lambda k: progress("sampling mechanism", len(units), k)) if progress else None
     stats = run_units(
-        mechanism_unit, config, units, store, workers=config.execution.workers, progress=tick
+        mechanism_unit,
+        config,
+        units,
+        store,
+        workers=config.execution.workers,
+        progress=tick,
+        executor=config.execution.executor,
+        address=config.execution.address,
     )
     parts = [store.load(u) for u in units]
     neg = np.concatenate([p["negative"] for p in parts])
@@ -313,7 +320,14 @@ def _target_results(
         (lambda k: progress("training targets and attacking", len(units), k)) if progress else None
     )
     stats = run_units(
-        target_unit, config, units, store, workers=config.execution.workers, progress=tick
+        target_unit,
+        config,
+        units,
+        store,
+        workers=config.execution.workers,
+        progress=tick,
+        executor=config.execution.executor,
+        address=config.execution.address,
     )
     found = []
     for unit in units:

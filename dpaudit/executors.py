@@ -1,8 +1,14 @@
-"""Executors: run the missing work units of an audit, locally or in worker processes.
+"""Executors: run the missing work units of an audit, locally, in worker processes or on Dask.
 
 A work unit is a pure function of (configuration, unit name); its result is a dict of
 arrays that the store writes atomically as soon as the unit finishes. Units already in
 the store are never recomputed.
+
+Whatever the executor, only the driver (the process that called :func:`run_units`) writes
+into the run directory: workers compute and return a unit's arrays, the driver saves them
+as each one arrives. With Dask, a worker lost mid-run costs only the units it held: the
+scheduler reruns them elsewhere, and since the driver saves a unit when its one future
+completes, a unit is written once however many times it was computed.
 """
 
 from __future__ import annotations
@@ -14,10 +20,13 @@ from typing import Any
 
 import numpy as np
 
+from dpaudit.errors import DpauditError, check_choice
 from dpaudit.store import RunStore
 
 UnitFn = Callable[[Any, str], dict[str, np.ndarray]]
 Progress = Callable[[int], None]
+
+EXECUTORS = ("local", "dask")
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,8 @@ def run_units(
     *,
     workers: int = 1,
     progress: Progress | None = None,
+    executor: str = "local",
+    address: str | None = None,
 ) -> UnitStats:
     """Compute every unit of ``units`` missing from ``store``.
 
@@ -48,15 +59,28 @@ def run_units(
         config: The audit configuration passed to ``fn``.
         units: Unit names, in the order to run them.
         store: Where finished units are written and looked up.
-        workers: 1 runs in this process; more uses a process pool of that size.
+        workers: 1 runs in this process; more uses a process pool of that size. With
+            ``executor="dask"`` and no ``address``, the number of local Dask workers.
         progress: Called with the number of units just finished (reused ones included).
+        executor: ``"local"`` (this process or a process pool) or ``"dask"``.
+        address: The Dask scheduler (``"tcp://host:port"``); ``None`` with
+            ``executor="dask"`` starts a LocalCluster on 127.0.0.1 for this call.
+
+    Raises:
+        DpauditError: ``executor`` is unknown, or Dask is asked for but not installed.
     """
+    check_choice("executor", executor, EXECUTORS)
     done = store.finished()
     todo = [u for u in units if u not in done]
     reused = len(units) - len(todo)
     if progress and reused:
         progress(reused)
-    if workers <= 1 or len(todo) <= 1:
+    if executor == "dask":
+        if todo:
+            _run_on_dask(
+                fn, config, todo, store, workers=workers, address=address, progress=progress
+            )
+    elif workers <= 1 or len(todo) <= 1:
         for unit in todo:
             store.save(unit, fn(config, unit))
             if progress:
@@ -72,3 +96,65 @@ def run_units(
                     if progress:
                         progress(1)
     return UnitStats(total=len(units), reused=reused, computed=len(todo))
+
+
+def _import_dask() -> Any:
+    try:
+        import distributed
+    except ImportError:
+        raise DpauditError(
+            "[execution] executor = 'dask' needs Dask distributed, which is not installed; "
+            'install it with: pip install "dpaudit[dask]"'
+        ) from None
+    return distributed
+
+
+def _run_on_dask(
+    fn: UnitFn,
+    config: Any,
+    todo: Sequence[str],
+    store: RunStore,
+    *,
+    workers: int,
+    address: str | None,
+    progress: Progress | None,
+) -> None:
+    """Submit ``todo`` to a Dask cluster and save each unit on the driver as it completes.
+
+    Every unit is one task whose key names the run (config hash) and the unit, so the
+    scheduler holds at most one live task per unit. A worker that dies loses only the
+    tasks it was running or holding results of: the scheduler reruns them on the
+    remaining workers (up to ``distributed.scheduler.allowed-failures`` deaths per task,
+    after which the task fails with ``KilledWorker`` and this call raises). Each future
+    is yielded once by ``as_completed``, so the driver saves each unit exactly once.
+    """
+    distributed = _import_dask()
+    cluster = None
+    if address is None:
+        # Loopback only, one thread per worker process (units are CPU-bound, torch
+        # already uses threads), no dashboard (it would need another port).
+        cluster = distributed.LocalCluster(
+            n_workers=max(1, workers),
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+        )
+    try:
+        with distributed.Client(cluster if cluster is not None else address) as client:
+            token = getattr(store, "config_hash", "run")
+            futures = {}
+            for unit in todo:
+                # The key names the run and the unit; a unit is a pure function of them,
+                # so a result a shared cluster still holds under that key is reused.
+                future = client.submit(fn, config, unit, key=f"dpaudit-{token}-{unit}")
+                futures[future] = unit
+            for future in distributed.as_completed(list(futures)):
+                unit = futures[future]
+                store.save(unit, future.result())
+                future.release()
+                if progress:
+                    progress(1)
+    finally:
+        if cluster is not None:
+            cluster.close()
