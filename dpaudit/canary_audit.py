@@ -111,6 +111,7 @@ class TrainingSection(_Table):
     learning_rate: Positive = 0.1
     momentum: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
     weight_decay: Annotated[float, Field(ge=0.0)] = 0.0
+    full_batch: bool = False
     dp: DPSection | None = None
 
 
@@ -194,8 +195,12 @@ class DpsgdSection(_Table):
             if missing:
                 raise ValueError(f"the {t!r} trainer needs options {missing}")
         dp = self.training.dp
-        if dp is not None and dp.target_mu is not None and t != "dpgd":
-            raise ValueError("'target_mu' is exact only for full-batch DP-GD (trainer 'dpgd')")
+        full = t == "dpgd" or self.training.full_batch
+        if dp is not None and dp.target_mu is not None and not full:
+            raise ValueError(
+                "'target_mu' is exact only for full-batch DP-GD (trainer 'dpgd' or "
+                "training.full_batch = true)"
+            )
         if self.trials == 0 and self.one_run is None:
             raise ValueError("set 'trials' > 0, or a [dpsgd.one_run] table, or both")
         if self.one_run is not None and (t != "dpsgd" or self.canary != "dirac"):
@@ -263,6 +268,10 @@ def _setup_cached(section_json: str, seed: int, base_dir: str, delta: float) -> 
     X, y, num_classes = _load_data(s, seed, base_dir)
     canary_row = None
     zero = s.zero_features if s.zero_features is not None else (1 if s.canary == "dirac" else 0)
+    if zero:
+        # Appended before an input canary is made: ClipBKD then finds the all-zero column
+        # as the direction of least variance, where no real example pulls the model.
+        X = with_zero_feature(X, zero)
     if s.canary in INPUT_CANARY_KINDS:
         c = input_canary(s.canary, X, y, seed=_stream_seed(seed, 3), num_classes=num_classes)
         X = np.concatenate([X, c.x[None, :].astype(np.float32)])
@@ -270,8 +279,6 @@ def _setup_cached(section_json: str, seed: int, base_dir: str, delta: float) -> 
         canary_row = X.shape[0] - 1
     if s.normalize:
         X = (X / np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))).astype(np.float32)
-    if zero:
-        X = with_zero_feature(X, zero)
     model = ModelSpec(kind=s.model, hidden=tuple(s.hidden))
     shapes = layer_shapes(model, X.shape[1], num_classes)
     num_parameters = sum(o * i + o for o, i in shapes)
@@ -288,7 +295,7 @@ def _setup_cached(section_json: str, seed: int, base_dir: str, delta: float) -> 
 
 def _training_spec(s: DpsgdSection, *, num_members: int, delta: float) -> TrainingSpec:
     t = s.training
-    full_batch = s.trainer == "dpgd"
+    full_batch = s.trainer == "dpgd" or t.full_batch
     dp = None
     if t.dp is not None:
         steps = t.epochs if full_batch else t.epochs * (num_members // t.batch_size)
@@ -557,7 +564,22 @@ class _Upper:
     detail: dict[str, Any]
 
 
-def _records_upper(parts: list[dict[str, np.ndarray]], delta: float) -> _Upper:
+@functools.lru_cache(maxsize=64)
+def _poisson_epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
+    # Cached: PLD composition dominates small audits; a record's ε depends on it alone.
+    return accounting.dpsgd_epsilon(
+        noise_multiplier=sigma, sampling_rate=q, steps=steps, delta=delta
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _poisson_mu_high(sigma: float, q: float, steps: int) -> float:
+    return accounting.dpsgd_mu_bracket(noise_multiplier=sigma, sampling_rate=q, steps=steps)[1]
+
+
+def _records_upper(
+    parts: list[dict[str, np.ndarray]], delta: float, *, with_mu: bool = True
+) -> _Upper:
     rows = set()
     for p in parts:
         for k in range(p["noise_multiplier"].size):
@@ -580,24 +602,25 @@ def _records_upper(parts: list[dict[str, np.ndarray]], delta: float) -> _Upper:
             mus.append(mu)
             eps.append(theory.gdp_epsilon(mu, delta))
         else:
-            eps.append(accounting.epsilon(rec, delta=delta))
-            mus.append(accounting.mu_bracket(rec).high)
+            eps.append(_poisson_epsilon(sigma, q, int(steps), delta))
+            if with_mu:
+                mus.append(_poisson_mu_high(sigma, q, int(steps)))
     # Models of the two arms may have run slightly different q (b / n_k with the canary a
     # member or not): the claim must hold for every one of them, so take the largest.
-    return _Upper(max(eps), delta, max(mus), "accountant", {"records": records})
+    mu = max(mus) if mus else None
+    return _Upper(max(eps), delta, mu, "accountant", {"records": records})
 
 
 def _claim_upper(parts: list[dict[str, np.ndarray]], delta: float) -> _Upper:
     claims = np.concatenate([p["claim"].reshape(1, 3) for p in parts])
-    eps, dlt, mu = (
-        np.nanmax(claims, axis=0)
-        if not np.all(np.isnan(claims[:, 0]))
-        else (math.nan, float(np.max(claims[:, 1])), float(np.nanmax(claims[:, 2])))
-    )
+
+    def largest(column: np.ndarray) -> float | None:
+        # The claim must cover every model: keep the weakest (largest) one stated.
+        finite_or_inf = column[~np.isnan(column)]
+        return float(finite_or_inf.max()) if finite_or_inf.size else None
+
     claim = Claim(
-        epsilon=None if math.isnan(eps) else float(eps),
-        delta=float(dlt),
-        mu=None if math.isnan(mu) else float(mu),
+        epsilon=largest(claims[:, 0]), delta=float(claims[:, 1].max()), mu=largest(claims[:, 2])
     )
     if claim.epsilon is not None:
         eps_upper, eps_delta = claim.epsilon, claim.delta
@@ -745,7 +768,7 @@ def _one_run_comparison(
         delta=delta,
         confidence_level=confidence_level,
     )
-    upper = _records_upper([one], delta)
+    upper = _records_upper([one], delta, with_mu=False)
     label = f"one run, {s.one_run.canaries} dirac canaries, trainer {s.trainer}"
     return Comparison(label, "epsilon", bound, upper.epsilon, "accountant ε", True)
 

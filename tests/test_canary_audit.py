@@ -1,0 +1,320 @@
+"""The dpsgd canary audit: tightness on exact GDP, planted bugs, validity, one run, errors.
+
+Planted-bug trainers live here and are loaded through the user-trainer protocol
+("test_canary_audit:<function>", this folder as base_dir), so the tests also exercise
+that protocol end to end.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpaudit import theory
+from dpaudit.canary_audit import DpsgdSection, one_run_guesses, run_dpsgd_from_section
+from dpaudit.errors import ConfigError
+from dpaudit.mechanisms import Claim
+from dpaudit.records import DPSGDRecord
+from dpaudit.trainers import (
+    TrainerOutput,
+    _engine_train,
+    _linear_stack,
+    dpgd_trainer,
+    output_perturbation_models,
+)
+from dpaudit.training import DPConfig
+
+HERE = Path(__file__).parent
+
+# Full-batch DP-GD, T = 10 steps, σ = √T/μ with μ = 1: exactly 1-GDP, ε(1e-5) = 4.377.
+DPGD = {
+    "trainer": "dpgd",
+    "canary": "dirac",
+    "threat_model": "white-box",
+    "rows": 50,
+    "training": {"epochs": 10, "learning_rate": 0.5, "dp": {"target_mu": 1.0}},
+}
+
+
+def _run(section: dict, tmp_path: Path, *, seed: int = 0, trials: int = 400, **kw):
+    return run_dpsgd_from_section(
+        {**section, "trials": trials},
+        seed=seed,
+        run_dir=tmp_path / f"run{seed}",
+        base_dir=HERE,
+        **kw,
+    )
+
+
+def _verdict(outcome) -> str:
+    return "violation" if any(c.violation for c in outcome.comparisons) else "consistent"
+
+
+# ------------------------------------------------------------------- planted-bug trainers
+
+
+def _with_records(out: TrainerOutput, **changes) -> TrainerOutput:
+    records = tuple(replace(r, **changes) for r in out.records)
+    return replace(out, records=records)
+
+
+def skip_clipping_trainer(X, y, membership, *, seed, canary, settings):
+    """Bug: per-example gradients are not clipped (clip 1000·C), noise σ·C as claimed."""
+    dp = settings.training.dp
+    big = 1000.0 * dp.clipping_norm
+    training = replace(
+        settings.training,
+        full_batch=True,
+        dp=DPConfig(
+            noise_multiplier=dp.noise_multiplier * dp.clipping_norm / big, clipping_norm=big
+        ),
+    )
+    scores, models, records = _engine_train(
+        X, y, membership, seed=seed, canary=canary, settings=settings, training=training
+    )
+    out = TrainerOutput(scores=scores, models=models, records=records)
+    return _with_records(out, noise_multiplier=dp.noise_multiplier, clipping_norm=dp.clipping_norm)
+
+
+def weak_noise_trainer(X, y, membership, *, seed, canary, settings):
+    """Bug: noise σ/10 while the record claims σ."""
+    dp = settings.training.dp
+    training = replace(
+        settings.training,
+        full_batch=True,
+        dp=DPConfig(noise_multiplier=dp.noise_multiplier / 10, clipping_norm=dp.clipping_norm),
+    )
+    scores, models, records = _engine_train(
+        X, y, membership, seed=seed, canary=canary, settings=settings, training=training
+    )
+    out = TrainerOutput(scores=scores, models=models, records=records)
+    return _with_records(out, noise_multiplier=dp.noise_multiplier)
+
+
+def one_step_accountant_trainer(X, y, membership, *, seed, canary, settings):
+    """Bug: the training is right, the accounting claims the ε of ONE step."""
+    out = dpgd_trainer(X, y, membership, seed=seed, canary=canary, settings=settings)
+    return _with_records(out, steps=1)
+
+
+def correct_dpgd_as_user_trainer(X, y, membership, *, seed, canary, settings):
+    """The built-in DP-GD through the user protocol, returned as a dict."""
+    out = dpgd_trainer(X, y, membership, seed=seed, canary=canary, settings=settings)
+    return {"scores": out.scores, "records": out.records}
+
+
+def output_perturbation_without_1_over_n(X, y, membership, *, seed, canary, settings):
+    """Bug: the objective sums the losses (1/n left out), so the sensitivity is 2/λ while
+    the noise is calibrated for 2/(nλ) (Chaudhuri et al. 2011, Cor. 8)."""
+    eps, lam = float(settings.options["epsilon"]), float(settings.options["lam"])
+    w = output_perturbation_models(
+        X,
+        y,
+        membership,
+        epsilon=eps,
+        lam=lam,
+        seed=seed,
+        model_offset=settings.model_offset,
+        average=False,
+    )
+    return TrainerOutput(models=_linear_stack(w, X.shape[1]), claim=Claim(epsilon=eps))
+
+
+# ---------------------------------------------------------------------- exact GDP, DP-GD
+
+
+def test_dpgd_white_box_dirac_mu_bound_near_exact_gdp(tmp_path):
+    # The score is exactly N(T·C/n, T·σ²C²/n²) vs N(0, ·): a Gaussian test with μ = 1.
+    # With 1000 trials per arm (500 counted after the split) and c_each = 0.975, the
+    # one-sided Clopper–Pearson limits on FPR, FNR ≈ 0.3 each sit ≈ 0.05 above the rates,
+    # costing ≈ 0.3 in μ; the point estimate's standard error is ≈ 0.1, so
+    # 0.4 < μ_LB ≤ 1 holds except with probability far below 1e-3.
+    out = _run(DPGD, tmp_path, trials=1000)
+    eps, mu, implied = out.comparisons
+    assert mu.upper == pytest.approx(1.0, rel=1e-9)
+    assert eps.upper == pytest.approx(theory.gdp_epsilon(1.0, 1e-5), rel=1e-9)
+    assert 0.4 < mu.lower.value <= 1.0
+    assert implied.lower.validity == "assumes-gdp"
+    assert not implied.in_verdict
+    assert _verdict(out) == "consistent"
+
+
+def test_dpgd_white_box_scores_are_the_gaussian_of_exact_gdp(tmp_path):
+    # Scores/Σ: standardised by the known noise std √T·σC/n, the two arms are N(0, 1) and
+    # N(μ, 1) with μ = √T/σ = 1. Kolmogorov–Smirnov at level 1e-3 on 1000 per arm.
+    from dpaudit.canary_audit import UnitConfig, dpsgd_unit
+
+    section = DpsgdSection.model_validate({**DPGD, "trials": 1000})
+    cfg = UnitConfig(section=section, seed=3, unit_size=2000, base_dir=str(HERE), delta=1e-5)
+    unit = dpsgd_unit(cfg, "dpsgd-00000")
+    n, steps, sigma = 50, 10, math.sqrt(10)
+    z = unit["scores"] / (math.sqrt(steps) * sigma / n)
+    inc = unit["included"]
+    assert stats.kstest(z[~inc], "norm").pvalue > 1e-3
+    assert stats.kstest(z[inc] - 1.0, "norm").pvalue > 1e-3
+
+
+# --------------------------------------------------------------------------- planted bugs
+
+
+@pytest.mark.parametrize(
+    "trainer",
+    [
+        "test_canary_audit:skip_clipping_trainer",
+        "test_canary_audit:weak_noise_trainer",
+        "test_canary_audit:one_step_accountant_trainer",
+    ],
+)
+def test_planted_dpgd_bugs_are_violations(tmp_path, trainer):
+    section = {**DPGD, "trainer": trainer}
+    section["training"] = {**DPGD["training"], "full_batch": True}
+    out = _run(section, tmp_path, trials=300)
+    assert _verdict(out) == "violation"
+
+
+def test_correct_dpgd_through_user_protocol_is_consistent(tmp_path):
+    section = {**DPGD, "trainer": "test_canary_audit:correct_dpgd_as_user_trainer"}
+    section["training"] = {**DPGD["training"], "full_batch": True}
+    out = _run(section, tmp_path, trials=300)
+    assert _verdict(out) == "consistent"
+    assert out.comparisons[1].lower.value > 0.2  # the signal is there, below μ = 1
+
+
+OUTPUT_PERTURBATION = {
+    "trainer": "output-perturbation",
+    "canary": "clipbkd",
+    "threat_model": "black-box",
+    "rows": 100,
+    "normalize": True,
+    "zero_features": 1,
+    "options": {"epsilon": 1.0, "lam": 0.1},
+}
+
+
+def test_output_perturbation_correct_is_consistent(tmp_path):
+    out = _run(OUTPUT_PERTURBATION, tmp_path, trials=300)
+    assert out.comparisons[0].upper == 1.0
+    assert out.comparisons[1].upper == pytest.approx(theory.mu_from_pure_dp(1.0))
+    assert _verdict(out) == "consistent"
+
+
+def test_output_perturbation_without_1_over_n_is_a_violation(tmp_path):
+    bug = {
+        **OUTPUT_PERTURBATION,
+        "trainer": "test_canary_audit:output_perturbation_without_1_over_n",
+    }
+    assert _verdict(_run(bug, tmp_path, trials=300)) == "violation"
+
+
+# ---------------------------------------------------------------- Poisson DP-SGD validity
+
+
+DPSGD_WHITE = {
+    "trainer": "dpsgd",
+    "canary": "dirac",
+    "threat_model": "white-box",
+    "rows": 100,
+    "training": {
+        "epochs": 2,
+        "batch_size": 25,
+        "learning_rate": 0.5,
+        "dp": {"noise_multiplier": 0.8},
+    },
+}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_poisson_dpsgd_white_box_never_violates(tmp_path, seed):
+    out = _run(DPSGD_WHITE, tmp_path, seed=seed, trials=300)
+    assert _verdict(out) == "consistent"
+    assert out.comparisons[0].upper > 0  # accountant ε from the engine's records
+
+
+def test_poisson_dpsgd_black_box_mislabeled_is_consistent(tmp_path):
+    section = {
+        **DPSGD_WHITE,
+        "canary": "mislabeled",
+        "threat_model": "black-box",
+        "training": {
+            "epochs": 2,
+            "batch_size": 25,
+            "learning_rate": 0.5,
+            "dp": {"noise_multiplier": 0.5},
+        },
+    }
+    out = _run(section, tmp_path, trials=100)
+    assert _verdict(out) == "consistent"
+    # The arms ran q = 25/100 (out) and 25/101 (in): the larger ε of the two is held.
+    records = out.tests[0]["dpsgd"]["upper_bound"]["records"]
+    assert {r["sampling_rate"] for r in records} == {25 / 100, 25 / 101}
+
+
+# ------------------------------------------------------------------------------ one run
+
+
+def test_one_run_guesses_count_top_and_bottom():
+    scores = np.array([5.0, -1.0, 3.0, 0.0, -2.0, 4.0])
+    included = np.array([True, False, False, True, False, True])
+    # Bottom 2: indices 4, 1 (both out: correct); top 2: indices 5, 0 (both in: correct).
+    assert one_run_guesses(scores, included, 4) == (4, 4)
+    assert one_run_guesses(scores, ~included, 4) == (4, 0)
+
+
+def test_one_run_weak_noise_is_detected_and_correct_engine_is_consistent(tmp_path):
+    section = {**DPSGD_WHITE, "trials": 0, "one_run": {"canaries": 400, "guesses": 40}}
+    out = run_dpsgd_from_section(section, seed=0, run_dir=tmp_path / "a")
+    (one,) = out.comparisons
+    assert one.lower.validity == "rigorous-one-run"
+    assert not one.violation
+    # Same run with σ = 0.2: a canary (C per sampled step, ≈ 2 of 8 steps) stands far above
+    # the noise (σ·C·√8 ≈ 0.57), so nearly every guess is right and the bound is higher.
+    weak = {**section, "training": {**DPSGD_WHITE["training"], "dp": {"noise_multiplier": 0.2}}}
+    (strong,) = run_dpsgd_from_section(weak, seed=0, run_dir=tmp_path / "b").comparisons
+    assert strong.lower.counts["correct"] >= 36
+    assert strong.lower.value > one.lower.value
+
+
+# ------------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    ("section", "match"),
+    [
+        ({"trainer": "sgd"}, "unknown trainer 'sgd'; allowed: dpsgd, dpgd"),
+        ({"canary": "dirac", "threat_model": "black-box"}, "observed white-box"),
+        ({"trainer": "dpgd"}, "needs \\[dpsgd.training.dp\\]"),
+        (
+            {"trainer": "output-perturbation", "canary": "ood", "threat_model": "black-box"},
+            "needs options",
+        ),
+        ({**DPGD, "trials": 0}, "'trials' > 0"),
+        ({"bogus": 1}, "bogus: Extra inputs are not permitted"),
+    ],
+)
+def test_bad_sections_are_config_errors(tmp_path, section, match):
+    with pytest.raises(ConfigError, match=match):
+        run_dpsgd_from_section(section, seed=0, run_dir=tmp_path)
+
+
+def test_section_is_frozen_and_forbids_extra():
+    s = DpsgdSection.model_validate(DPGD)
+    with pytest.raises(ValueError, match="frozen"):
+        s.trials = 3  # type: ignore[misc]
+    assert isinstance(DPGD, dict)
+    assert DpsgdSection.model_validate(DPGD).trainer == "dpgd"
+
+
+def test_records_of_the_engine_are_what_ran(tmp_path):
+    from dpaudit.canary_audit import UnitConfig, dpsgd_unit
+
+    section = DpsgdSection.model_validate({**DPSGD_WHITE, "trials": 2})
+    cfg = UnitConfig(section=section, seed=0, unit_size=10, base_dir=str(HERE), delta=1e-5)
+    unit = dpsgd_unit(cfg, "dpsgd-00000")
+    assert unit["steps"].tolist() == [2 * (100 // 25)] * 4
+    assert unit["noise_multiplier"].tolist() == [0.8] * 4
+    assert DPSGDRecord  # record type used by the trainers
