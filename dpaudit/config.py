@@ -135,10 +135,111 @@ class TrainingSection(_Table):
     dp: DPSection | None = None
 
 
+#: Model file formats a ``[target] path`` may have, and the suffixes that imply each.
+TARGET_FORMATS: dict[str, tuple[str, ...]] = {
+    "safetensors": (".safetensors",),
+    "torch-export": (".pt2",),
+    "torchscript": (".torchscript", ".ts"),
+    "skops": (".skops",),
+    "onnx": (".onnx",),
+    "pickle": (".pkl", ".pickle", ".joblib"),
+}
+
+
+def target_format_from_suffix(path: str) -> str | None:
+    """The format a model file's suffix implies, or ``None`` when it implies none."""
+    suffix = Path(path).suffix.lower()
+    for name, suffixes in TARGET_FORMATS.items():
+        if suffix in suffixes:
+            return name
+    return None
+
+
 class TargetSection(_Table):
-    """Which targets dpaudit trains: ``plain`` ignores ``[training.dp]``, ``dp`` uses it."""
+    """The audited target: trained by dpaudit (``variants``) or brought by the user.
+
+    dpaudit trains its own targets unless ``path``, ``factory`` or ``scores`` is given:
+    ``plain`` ignores ``[training.dp]``, ``dp`` uses it. A target of your own is
+
+    - a model file ``path`` (relative to the audit file) in ``format`` (default: from the
+      suffix; see :data:`TARGET_FORMATS`): safetensors weights of the ``[model]``
+      architecture (or of the module ``factory`` builds), a ``torch.export`` program, a
+      TorchScript archive, a scikit-learn model saved with skops (only ``trusted_types``
+      beyond skops' defaults are loaded), an ONNX model, or, only with
+      ``allow_pickle = true``, a pickle;
+    - a ``factory`` ``"pkg.module:function"`` returning a torch module, a scikit-learn
+      estimator or a :class:`~dpaudit.models.ModelStack` (with ``path`` in safetensors
+      format: the module the weights are loaded into);
+    - a ``scores`` file (CSV or Parquet) of per-example rows for systems dpaudit cannot
+      run: a ``label`` column and a ``loss`` column, or ``prob_0 .. prob_{C-1}``, or
+      ``logit_0 .. logit_{C-1}``, and the membership column.
+
+    ``membership`` says which audited rows trained the target: a column of ``[data]`` (or
+    of the scores file; default ``"member"``) holding 1/0 or true/false, rows left empty
+    being the attacker's population; or a CSV index file with columns ``row`` (0-based
+    row of ``[data]``) and ``member``, unlisted rows being the population.
+    ``membership_by_coin`` states that each audited row's membership was decided by an
+    independent fair coin: only then is the one-run ε lower bound rigorous.
+    ``output`` says whether a torch or ONNX model returns logits or probabilities.
+    """
 
     variants: Annotated[list[Literal["plain", "dp"]], Field(min_length=1)] | None = None
+    path: Annotated[str, Field(min_length=1)] | None = None
+    format: (
+        Literal["safetensors", "torch-export", "torchscript", "skops", "onnx", "pickle"] | None
+    ) = None
+    factory: Annotated[str, Field(pattern=r"^[\w.]+:[\w]+$")] | None = None
+    scores: Annotated[str, Field(min_length=1)] | None = None
+    membership: Annotated[str, Field(min_length=1)] | None = None
+    membership_by_coin: bool = False
+    output: Literal["logits", "probabilities"] = "logits"
+    trusted_types: list[Annotated[str, Field(min_length=1)]] = []
+    allow_pickle: bool = False
+
+    def model_format(self) -> str | None:
+        """The model file's format: ``format``, else the one its suffix implies."""
+        if self.path is None:
+            return None
+        return self.format or target_format_from_suffix(self.path)
+
+    @model_validator(mode="after")
+    def _one_kind_of_target(self) -> TargetSection:
+        own = self.path is not None or self.factory is not None or self.scores is not None
+        if own and self.variants is not None:
+            raise ValueError(
+                "[target] 'variants' lists targets dpaudit trains; it cannot be combined "
+                "with 'path', 'factory' or 'scores' (a target of your own)"
+            )
+        if self.scores is not None and (self.path is not None or self.factory is not None):
+            raise ValueError("[target] give either 'scores' or a model ('path' / 'factory')")
+        if self.format is not None and self.path is None:
+            raise ValueError("[target] 'format' needs 'path', the model file")
+        if self.membership is None and own and self.scores is None:
+            raise ValueError(
+                "[target] a model of your own needs 'membership': a column of [data] or a "
+                "CSV index file (columns 'row', 'member') saying which rows trained it"
+            )
+        if self.path is not None:
+            fmt = self.model_format()
+            if fmt is None:
+                known = ", ".join(s for v in TARGET_FORMATS.values() for s in v)
+                raise ValueError(
+                    f"[target] cannot tell the format of {self.path!r} from its suffix "
+                    f"(known: {known}); set 'format' to one of {', '.join(TARGET_FORMATS)}"
+                )
+            if fmt == "pickle" and not self.allow_pickle:
+                raise ValueError(
+                    f"[target] {self.path!r} is a pickle file, which runs arbitrary code when "
+                    "loaded; dpaudit refuses it unless you trust the file and set "
+                    "[target] allow_pickle = true (better: save the model with skops, "
+                    "safetensors or ONNX)"
+                )
+            if self.factory is not None and fmt != "safetensors":
+                raise ValueError(
+                    "[target] 'factory' with 'path' builds the module that safetensors "
+                    f"weights load into; {self.path!r} is {fmt!r}"
+                )
+        return self
 
 
 class MembershipSection(_Table):

@@ -1,0 +1,858 @@
+"""Targets brought by the user: model files, factories and score files, audited for membership.
+
+``[target]`` names what to audit instead of a model dpaudit trains itself (see
+:class:`~dpaudit.config.TargetSection`):
+
+- a model file: safetensors weights of the ``[model]`` architecture (or of the module a
+  factory builds), a ``torch.export`` program, a TorchScript archive, a scikit-learn model
+  saved with skops, an ONNX model, or a pickle (refused unless ``allow_pickle = true``);
+- a factory ``"pkg.module:function"`` returning a torch module, a scikit-learn estimator
+  or a :class:`~dpaudit.models.ModelStack`;
+- a scores file of per-example rows, for systems dpaudit cannot run.
+
+A model is wrapped as a :class:`LoadedTarget`, a one-model stack with the ``logits``,
+``probabilities`` and ``losses`` that attacks query (black-box: only its outputs on the
+audited rows are read). Membership of the audited rows is given by the user; shadow and
+LiRA reference models are trained with the ``[model]`` / ``[training]`` recipe, so their
+strength depends on how well that recipe matches the one that trained the target.
+
+Nothing is unpickled unless the audit file says ``allow_pickle = true``: safetensors,
+ONNX and skops files hold no code, ``torch.export`` and TorchScript archives are read by
+torch's own loaders, and skops loads only the types it trusts by default plus
+``trusted_types``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import json
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from dpaudit.errors import ConfigError, DataError, DpauditError, InsufficientTrialsError
+
+if TYPE_CHECKING:
+    from dpaudit.audit import KindOutcome, Progress
+    from dpaudit.config import AuditConfig
+    from dpaudit.data import Dataset
+    from dpaudit.store import RunStore
+
+__all__ = [
+    "RECIPE_NOTE",
+    "ByoData",
+    "LoadedTarget",
+    "byo_unit",
+    "byo_units",
+    "load_byo_data",
+    "load_target",
+    "read_scores",
+    "run_byo_membership",
+]
+
+#: Said wherever reference models stand in for the unknown training of a brought target.
+RECIPE_NOTE = (
+    "Shadow and LiRA reference models are trained with the recipe in [model]/[training]; "
+    "the attack's strength depends on how well that recipe matches the one that trained "
+    "the target."
+)
+
+# A probability of exactly 0 has log −inf; the smallest positive float64 keeps the
+# log-probabilities finite (log(tiny) ≈ −708) and changes no probability above it.
+_TINY = float(np.finfo(np.float64).tiny)
+
+# Attacks that query the target on rows (all of them) and that train reference models.
+_TRAINS_REFERENCES = ("shadow", "lira")
+
+
+# ------------------------------------------------------------------------------ models
+
+
+@dataclass(frozen=True, repr=False)
+class LoadedTarget:
+    """A brought model seen as a one-model stack (``K = 1``), black-box.
+
+    Attributes:
+        predict: ``(m, d) float32 → (m, C)`` raw outputs of the model.
+        num_features: d, the input width the model expects.
+        num_classes: C.
+        output: whether ``predict`` returns ``"logits"`` or ``"probabilities"``.
+        description: where it came from (format, file, type) for the report.
+    """
+
+    predict: Callable[[np.ndarray], np.ndarray]
+    num_features: int
+    num_classes: int
+    output: str = "logits"
+    description: dict[str, Any] = field(default_factory=dict)
+
+    num_models = 1
+
+    def _logits64(self, X: Any) -> np.ndarray:
+        x = np.asarray(X.detach().cpu() if isinstance(X, torch.Tensor) else X, np.float32)
+        if x.ndim != 2 or x.shape[1] != self.num_features:
+            raise DataError(
+                f"The 'X' parameter must have shape (m, {self.num_features}). "
+                f"Got {x.shape} instead."
+            )
+        out = np.asarray(self.predict(x), dtype=np.float64)
+        out = _two_columns(out, self.output) if out.ndim == 1 or out.shape[-1] == 1 else out
+        if out.shape != (x.shape[0], self.num_classes):
+            raise DataError(
+                f"The target returned outputs of shape {out.shape}; expected "
+                f"({x.shape[0]}, {self.num_classes}) for {self.num_classes} classes."
+            )
+        if self.output == "probabilities":
+            # log p is a valid logit vector: softmax(log p) = p (rows summing to 1).
+            out = np.log(np.clip(out, _TINY, None))
+        if not np.all(np.isfinite(out)):
+            raise DataError("The target returned non-finite outputs.")
+        return out
+
+    def logits(self, X: Any) -> torch.Tensor:
+        """``(1, m, C)`` float64 logits (log-probabilities for probability outputs)."""
+        return torch.from_numpy(self._logits64(X))[None]
+
+    def probabilities(self, X: Any) -> torch.Tensor:
+        return torch.softmax(self.logits(X), dim=-1)
+
+    def losses(self, X: Any, y: Any) -> torch.Tensor:
+        """``(1, m)`` cross-entropy losses −log p_y."""
+        logits = self.logits(X)
+        labels = torch.as_tensor(np.asarray(y, dtype=np.int64))[None, :, None]
+        return (torch.logsumexp(logits, -1) - logits.gather(-1, labels)[..., 0]).to(torch.float64)
+
+    def __repr__(self) -> str:
+        return (
+            f"LoadedTarget({self.description.get('format', 'model')!r}, num_features="
+            f"{self.num_features}, num_classes={self.num_classes}, output={self.output!r})"
+        )
+
+
+def _two_columns(out: np.ndarray, output: str) -> np.ndarray:
+    """A single-output binary model as two classes: [0, z] for a logit z, [1 − p, p]."""
+    z = out.reshape(-1)
+    if output == "probabilities":
+        return np.stack([1.0 - z, z], axis=1)
+    return np.stack([np.zeros_like(z), z], axis=1)
+
+
+def _torch_predict(module: Any) -> Callable[[np.ndarray], np.ndarray]:
+    # Dropout / batch-norm in inference mode; torch.export modules have no train/eval
+    # switch (they run as they were exported).
+    with contextlib.suppress(AttributeError, NotImplementedError):
+        module.eval()
+
+    def predict(x: np.ndarray) -> np.ndarray:
+        dtype = torch.float32
+        params = getattr(module, "parameters", None)
+        if callable(params):
+            first = next(iter(params()), None)
+            dtype = first.dtype if first is not None else dtype
+        with torch.no_grad():
+            return module(torch.from_numpy(x).to(dtype)).detach().cpu().double().numpy()
+
+    return predict
+
+
+def _sklearn_predict(estimator: Any) -> Callable[[np.ndarray], np.ndarray]:
+    if not hasattr(estimator, "predict_proba"):
+        raise DpauditError(
+            f"The scikit-learn model {type(estimator).__name__} has no predict_proba; "
+            "membership attacks need per-class probabilities."
+        )
+
+    def predict(x: np.ndarray) -> np.ndarray:
+        return np.asarray(estimator.predict_proba(x.astype(np.float64)), dtype=np.float64)
+
+    return predict
+
+
+def _from_object(obj: Any, *, output: str, description: dict[str, Any]) -> tuple[Any, str]:
+    """A (predict, output) pair for a torch module, ModelStack or scikit-learn estimator."""
+    from dpaudit.models import ModelStack
+
+    if isinstance(obj, ModelStack):
+        if obj.num_models != 1:
+            raise DpauditError(f"A target ModelStack must hold one model. Got {obj.num_models}.")
+        description["type"] = repr(obj)
+
+        def predict(x: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                return obj.logits(x)[0].detach().double().numpy()
+
+        return predict, "logits"
+    if isinstance(obj, torch.nn.Module):
+        description["type"] = type(obj).__name__
+        return _torch_predict(obj), output
+    if hasattr(obj, "predict_proba"):
+        description["type"] = f"{type(obj).__module__}.{type(obj).__qualname__}"
+        return _sklearn_predict(obj), "probabilities"
+    raise DpauditError(
+        f"A target must be a torch module, a dpaudit ModelStack or a scikit-learn estimator "
+        f"with predict_proba. Got {type(obj).__name__}."
+    )
+
+
+def _import_factory(spec: str, base_dir: Path) -> Callable[[], Any]:
+    module_name, _, attr = spec.partition(":")
+    # User factories next to the audit file import without installing them.
+    if str(base_dir) not in sys.path:
+        sys.path.insert(0, str(base_dir))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"[target] factory {spec!r}: cannot import {module_name!r}: {exc}"
+        ) from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ConfigError(f"[target] factory {spec!r}: {module_name} has no callable {attr!r}")
+    return fn
+
+
+def _check_file(path: Path, what: str) -> Path:
+    if not path.is_file():
+        raise DataError(f"The {what} {str(path)!r} does not exist.")
+    return path
+
+
+def _optional(module: str, extra: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise DpauditError(
+            f"Loading this target needs {module.split('.')[0]}, which is not installed; "
+            f'install it with: pip install "dpaudit[{extra}]"'
+        ) from None
+
+
+def _load_safetensors(
+    path: Path, config: AuditConfig, num_features: int, num_classes: int, description: dict
+) -> Any:
+    from dpaudit.models import ModelSpec, ModelStack
+
+    st = _optional("safetensors.torch", "byo")
+    state = st.load_file(str(path))
+    t = config.target
+    if t.factory is not None:
+        module = _import_factory(t.factory, config.base_dir)()
+        try:
+            module.load_state_dict(state)
+        except (RuntimeError, AttributeError) as exc:
+            raise DataError(
+                f"The weights in {str(path)!r} do not fit the factory's module: {exc}"
+            ) from None
+        return module
+    m = config.model
+    spec = ModelSpec(kind=m.kind, hidden=tuple(m.hidden), activation=m.activation)
+    # Accept a plain module's state dict (weights (out, in)) or a one-model stack's ((1, out, in)).
+    stacked = {
+        k: (v[None] if (k.endswith(".weight") and v.dim() == 2) or v.dim() == 1 else v)
+        for k, v in state.items()
+    }
+    stack = ModelStack.from_state_dict(spec, stacked)
+    widths = tuple(int(w.shape[1]) for w in stack.weights[:-1])
+    if widths != spec.hidden_widths or len(state) != 2 * len(stack.weights):
+        raise DataError(
+            f"The weights in {str(path)!r} have hidden widths {widths} ({len(state)} tensors); "
+            f"[model] says kind={spec.kind!r}, hidden={list(spec.hidden_widths)}."
+        )
+    if stack.num_features != num_features or stack.num_classes != num_classes:
+        raise DataError(
+            f"The weights in {str(path)!r} make a model with {stack.num_features} inputs and "
+            f"{stack.num_classes} classes; [data] has {num_features} features and "
+            f"{num_classes} classes. Check [model] and [data] features."
+        )
+    description["architecture"] = repr(spec)
+    return stack
+
+
+def _load_skops(path: Path, trusted: list[str], description: dict) -> Any:
+    sio = _optional("skops.io", "byo")
+    untrusted = sorted(set(sio.get_untrusted_types(file=str(path))) - set(trusted))
+    if untrusted:
+        raise DpauditError(
+            f"The skops file {str(path)!r} holds types skops does not trust by default: "
+            f"{', '.join(untrusted)}. Loading a type runs its code; if you trust them, list "
+            f"them in [target] trusted_types."
+        )
+    description["trusted_types"] = sorted(trusted)
+    return sio.load(str(path), trusted=list(trusted) or None)
+
+
+def _load_onnx(path: Path, description: dict) -> Callable[[np.ndarray], np.ndarray]:
+    ort = _optional("onnxruntime", "byo")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    inp = session.get_inputs()[0]
+    dtype = np.float64 if inp.type == "tensor(double)" else np.float32
+    description["onnx_input"] = inp.name
+
+    def predict(x: np.ndarray) -> np.ndarray:
+        return np.asarray(session.run(None, {inp.name: x.astype(dtype)})[0], np.float64)
+
+    return predict
+
+
+def load_target(
+    config: AuditConfig, *, num_features: int, num_classes: int
+) -> tuple[LoadedTarget, list[str]]:
+    """Load ``[target] path`` / ``factory`` as a :class:`LoadedTarget`.
+
+    Args:
+        config: The audit configuration (its ``[target]`` names the model).
+        num_features: d, the width of ``[data]``'s encoded features.
+        num_classes: C, the number of classes of ``[data]``'s label.
+
+    Returns:
+        The target, and warnings the report must carry (e.g. that a pickle was loaded).
+
+    Raises:
+        DpauditError: A missing file, a refused pickle, an untrusted skops type, or a model
+            that does not fit the data.
+    """
+    t = config.target
+    warnings: list[str] = []
+    fmt = t.model_format()
+    description: dict[str, Any] = {"format": fmt or "factory", "output": t.output}
+    output = t.output
+    if t.path is None:
+        obj = _import_factory(t.factory, config.base_dir)()
+        description["factory"] = t.factory
+        predict, output = _from_object(obj, output=output, description=description)
+    else:
+        path = _check_file(config.resolve(t.path), "model file")
+        description["path"] = t.path
+        if fmt == "pickle":
+            if not t.allow_pickle:  # also refused by the schema; kept for API callers
+                raise DpauditError(
+                    f"{str(path)!r} is a pickle file; set [target] allow_pickle = true to load it."
+                )
+            import pickle
+
+            warnings.append(
+                f"The target {t.path!r} was unpickled because [target] allow_pickle = true: "
+                "unpickling runs any code the file holds; audit only files you trust."
+            )
+            with path.open("rb") as f:
+                obj = pickle.load(f)  # allowed explicitly by the audit file
+            predict, output = _from_object(obj, output=output, description=description)
+        elif fmt == "safetensors":
+            obj = _load_safetensors(path, config, num_features, num_classes, description)
+            predict, output = _from_object(obj, output=output, description=description)
+        elif fmt == "torch-export":
+            program = torch.export.load(str(path))
+            predict = _torch_predict(program.module())
+            description["type"] = "torch.export.ExportedProgram"
+        elif fmt == "torchscript":
+            predict = _torch_predict(torch.jit.load(str(path), map_location="cpu"))
+            description["type"] = "torch.jit.ScriptModule"
+        elif fmt == "skops":
+            obj = _load_skops(path, list(t.trusted_types), description)
+            predict, output = _from_object(obj, output=output, description=description)
+        else:  # onnx
+            predict = _load_onnx(path, description)
+    description["output"] = output
+    target = LoadedTarget(predict, num_features, num_classes, output, description)
+    return target, warnings
+
+
+# -------------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True, repr=False)
+class ByoData:
+    """The ``[data]`` rows of a brought target, split by the user's membership.
+
+    Attributes:
+        dataset: the encoded dataset (membership column removed), not standardised: the
+            target receives these features as they are.
+        audited: ``(m,)`` row indices whose membership is known.
+        membership: ``(m,)`` bool, True for rows that trained the target.
+        population: ``(P,)`` row indices of the attacker's own data (membership unknown).
+        mean, scale: standardisation fitted on the population (on the audited rows when the
+            population has fewer than 2 rows), used only for reference models' inputs.
+    """
+
+    dataset: Dataset
+    audited: np.ndarray
+    membership: np.ndarray
+    population: np.ndarray
+    mean: np.ndarray
+    scale: np.ndarray
+
+    def __repr__(self) -> str:
+        return (
+            f"ByoData(dataset={self.dataset.name!r}, audited={self.audited.size}, "
+            f"members={int(self.membership.sum())}, population={self.population.size})"
+        )
+
+
+def _as_flags(values: Any, where: str) -> np.ndarray:
+    """1/0/true/false (and empty) → float array of 1.0, 0.0 and NaN."""
+    out = np.full(len(values), np.nan)
+    for i, v in enumerate(values):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            continue
+        s = str(v).strip().lower()
+        if s in ("1", "1.0", "true", "yes"):
+            out[i] = 1.0
+        elif s in ("0", "0.0", "false", "no"):
+            out[i] = 0.0
+        elif s != "":
+            raise DataError(f"{where} must hold 1/0 or true/false (empty: not audited). Got {v!r}.")
+    return out
+
+
+def _read_table(path: Path) -> Any:
+    import pandas as pd
+
+    if path.suffix.lower() in (".parquet", ".pq"):
+        _optional("pyarrow", "parquet")
+        return pd.read_parquet(path)
+    try:
+        return pd.read_csv(path)
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
+        raise DataError(f"Cannot read {str(path)!r} as CSV: {exc}") from None
+
+
+def load_byo_data(config: AuditConfig) -> ByoData:
+    """Load ``[data]`` and the user's membership of its rows.
+
+    Raises:
+        DataError: An unknown membership column or index file, bad flags, or no member /
+            no non-member among the audited rows.
+    """
+    from dpaudit.data import load_dataset
+
+    d, t = config.data, config.target
+    membership = t.membership or "member"
+    index_file = config.resolve(membership)
+    source, _, rest = d.dataset.partition(":")
+    features = d.features
+    flags: np.ndarray
+    if index_file.is_file() and membership.endswith((".csv", ".parquet", ".pq")):
+        table = _read_table(index_file)
+        if not {"row", "member"} <= set(table.columns):
+            raise DataError(
+                f"The membership index file {membership!r} needs columns 'row' and 'member'. "
+                f"Got {', '.join(map(str, table.columns))}."
+            )
+        dataset = load_dataset(
+            d.dataset, label=d.label, sensitive=d.sensitive, features=features,
+            base_dir=config.base_dir,
+        )  # fmt: skip
+        rows = np.asarray(table["row"], dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= dataset.num_rows):
+            raise DataError(
+                f"The membership index file {membership!r} names rows outside "
+                f"0..{dataset.num_rows - 1}."
+            )
+        if np.unique(rows).size != rows.size:
+            raise DataError(f"The membership index file {membership!r} lists a row twice.")
+        flags = np.full(dataset.num_rows, np.nan)
+        flags[rows] = _as_flags(list(table["member"]), f"{membership!r} column 'member'")
+    else:
+        if source not in ("csv", "parquet"):
+            raise DataError(
+                f"[target] membership = {membership!r} is neither a CSV/Parquet index file "
+                f"nor a column: {d.dataset!r} is a built-in dataset; give an index file with "
+                "columns 'row' and 'member'."
+            )
+        path = _check_file(config.resolve(rest), "data file")
+        frame = _read_table(path)
+        if membership not in frame.columns:
+            raise DataError(
+                f"[target] membership = {membership!r} is not a column of {d.dataset!r} nor "
+                f"an index file. Columns: {', '.join(map(str, frame.columns))}."
+            )
+        if features is None:
+            label_column = (d.label or "").split(">")[0]
+            features = [c for c in frame.columns if c not in (membership, label_column)]
+        elif membership in features:
+            raise DataError(f"The membership column {membership!r} cannot be a feature.")
+        dataset = load_dataset(
+            d.dataset, label=d.label, sensitive=d.sensitive, features=features,
+            base_dir=config.base_dir,
+        )  # fmt: skip
+        flags = _as_flags(list(frame[membership]), f"The column {membership!r}")
+    audited = np.flatnonzero(~np.isnan(flags))
+    member = flags[audited] == 1.0
+    if not member.any() or member.all():
+        raise DataError(
+            f"The audited rows need members and non-members; got {int(member.sum())} members "
+            f"of {audited.size} audited rows."
+        )
+    population = np.flatnonzero(np.isnan(flags))
+    fit_rows = population if population.size >= 2 else audited
+    X = dataset.X[fit_rows].astype(np.float64)
+    mean = X.mean(axis=0)
+    scale = X.std(axis=0)
+    scale = np.where(scale > 0, scale, 1.0)  # constant columns: centred, not scaled
+    return ByoData(dataset, audited, member, population, mean, scale)
+
+
+# ------------------------------------------------------------------------------ scores
+
+
+def read_scores(config: AuditConfig) -> tuple[np.ndarray, np.ndarray, str]:
+    """The per-example losses and membership in ``[target] scores``.
+
+    The file holds one row per audited example: the membership column (``[target]
+    membership``, default ``"member"``) and a ``loss`` column, or per-class
+    ``prob_<k>`` / ``logit_<k>`` columns with a ``label`` column. Rows with an empty
+    membership are skipped.
+
+    Returns:
+        ``(losses, membership, source)`` with source ``"loss"``, ``"probabilities"`` or
+        ``"logits"``.
+    """
+    from dpaudit.attacks.base import true_class_loss
+
+    t = config.target
+    path = _check_file(config.resolve(t.scores), "scores file")
+    frame = _read_table(path)
+    column = t.membership or "member"
+    if column not in frame.columns:
+        raise DataError(
+            f"The scores file {t.scores!r} has no membership column {column!r}. "
+            f"Columns: {', '.join(map(str, frame.columns))}."
+        )
+    flags = _as_flags(list(frame[column]), f"The column {column!r}")
+    keep = ~np.isnan(flags)
+    frame = frame[keep]
+    membership = flags[keep] == 1.0
+    probs = sorted((c for c in frame.columns if str(c).startswith("prob_")), key=_class_index)
+    logits = sorted((c for c in frame.columns if str(c).startswith("logit_")), key=_class_index)
+    if "loss" in frame.columns:
+        losses, source = np.asarray(frame["loss"], dtype=np.float64), "loss"
+    elif probs or logits:
+        if "label" not in frame.columns:
+            raise DataError(f"The scores file {t.scores!r} needs a 'label' column.")
+        y = np.asarray(frame["label"], dtype=np.int64)
+        cols, source = (logits, "logits") if logits else (probs, "probabilities")
+        values = np.asarray(frame[cols], dtype=np.float64)
+        if y.min() < 0 or y.max() >= len(cols):
+            raise DataError(f"The scores file's labels must lie in 0..{len(cols) - 1}.")
+        if source == "probabilities":
+            values = np.log(np.clip(values, _TINY, None))
+        losses = true_class_loss(values[None], y)[0]
+    else:
+        raise DataError(
+            f"The scores file {t.scores!r} needs a 'loss' column, or 'prob_<k>' or "
+            "'logit_<k>' columns with a 'label' column."
+        )
+    if not np.all(np.isfinite(losses)):
+        raise DataError(f"The scores file {t.scores!r} has {int((~np.isfinite(losses)).sum())} "
+                        "non-finite losses.")  # fmt: skip
+    if not membership.any() or membership.all():
+        raise DataError("The scores file needs both members and non-members.")
+    return losses, membership, source
+
+
+def _class_index(name: Any) -> int:
+    try:
+        return int(str(name).rsplit("_", 1)[1])
+    except ValueError:
+        raise DataError(f"Cannot read a class index from the column {name!r}.") from None
+
+
+# ------------------------------------------------------------------------------- units
+
+
+def _digest(config: AuditConfig) -> str:
+    """Hash of the files the target is read from, so a changed file never reuses units."""
+    t = config.target
+    h = hashlib.sha256()
+    for name in (t.path, t.scores, t.membership):
+        if name is None:
+            continue
+        p = config.resolve(name)
+        if p.is_file():
+            h.update(p.read_bytes())
+        h.update(name.encode())
+    return h.hexdigest()[:12]
+
+
+def _attacks(config: AuditConfig) -> list[str]:
+    return list(config.membership.attacks)
+
+
+def byo_units(config: AuditConfig) -> list[str]:
+    """One unit per attack (one unit for a scores file)."""
+    digest = _digest(config)
+    if config.target.scores is not None:
+        return [f"byo-{digest}-scores"]
+    return [f"byo-{digest}-{name}" for name in _attacks(config)]
+
+
+def _reference_training(config: AuditConfig, members: int) -> Any:
+    """The [training] recipe for reference models, DP noise calibrated to the target's size."""
+    from dpaudit import accounting
+    from dpaudit.training import DPConfig, TrainingSpec
+
+    t = config.training
+    dp = None
+    if t.dp is not None:
+        sigma = t.dp.noise_multiplier
+        if sigma is None:
+            sigma = accounting.calibrate_noise(
+                target_epsilon=t.dp.target_epsilon,
+                delta=config.audit.delta,
+                sampling_rate=min(1.0, t.batch_size / members),
+                steps=t.epochs * max(1, members // t.batch_size),
+            )
+        dp = DPConfig(noise_multiplier=sigma, clipping_norm=t.dp.clipping_norm)
+    return TrainingSpec(
+        epochs=t.epochs,
+        batch_size=t.batch_size,
+        learning_rate=t.learning_rate,
+        momentum=t.momentum,
+        weight_decay=t.weight_decay,
+        dp=dp,
+    )
+
+
+class _Standardised:
+    """The target as the attacks see it: inputs standardised for the reference models.
+
+    Attacks train reference models on standardised features (as dpaudit's own targets
+    are), while the brought model expects the raw ones. Known standardised arrays are
+    mapped back to their raw rows exactly; anything else is un-standardised in float64.
+    """
+
+    num_models = 1
+
+    def __init__(self, target: LoadedTarget, data: ByoData, known: list[np.ndarray]) -> None:
+        self.target = target
+        self.data = data
+        self.known = [(_standardise(data, raw), raw) for raw in known]
+
+    @property
+    def num_features(self) -> int:
+        return self.target.num_features
+
+    @property
+    def num_classes(self) -> int:
+        return self.target.num_classes
+
+    def _raw(self, X: Any) -> np.ndarray:
+        x = np.asarray(X.detach().cpu() if isinstance(X, torch.Tensor) else X, np.float32)
+        for std, raw in self.known:
+            if std.shape == x.shape and np.array_equal(std, x):
+                return raw
+        return (x.astype(np.float64) * self.data.scale + self.data.mean).astype(np.float32)
+
+    def logits(self, X: Any) -> torch.Tensor:
+        return self.target.logits(self._raw(X))
+
+    def probabilities(self, X: Any) -> torch.Tensor:
+        return self.target.probabilities(self._raw(X))
+
+    def losses(self, X: Any, y: Any) -> torch.Tensor:
+        return self.target.losses(self._raw(X), y)
+
+
+def _standardise(data: ByoData, X: np.ndarray) -> np.ndarray:
+    return ((X.astype(np.float64) - data.mean) / data.scale).astype(np.float32)
+
+
+def byo_unit(config: AuditConfig, unit: str) -> dict[str, np.ndarray]:
+    """Score the audited rows with one attack (a pure function of config and unit)."""
+    from dpaudit.attacks import AttackContext
+    from dpaudit.membership import _resolve_attacks
+    from dpaudit.models import ModelSpec
+
+    name = unit.rsplit("-", 1)[1]
+    if name == "scores":
+        losses, membership, source = read_scores(config)
+        return {
+            "scores": -losses,  # the loss attack: smaller loss, more likely a member
+            "membership": membership,
+            "info": np.array(json.dumps({"attack": "loss", "options": {}, "source": source})),
+        }
+    data = load_byo_data(config)
+    ds = data.dataset
+    target, warnings = load_target(config, num_features=ds.num_features, num_classes=ds.num_classes)
+    X_raw, y = ds.X[data.audited], ds.y[data.audited]
+    seen = _Standardised(target, data, [X_raw])
+    m = config.model
+    ms = config.membership
+    members = int(data.membership.sum())
+    context = AttackContext(
+        target=seen,  # type: ignore[arg-type]  (duck-typed: logits / num_features / num_models)
+        model=ModelSpec(kind=m.kind, hidden=tuple(m.hidden), activation=m.activation),
+        training=_reference_training(config, members),
+        target_train_size=members,
+        population_X=_standardise(data, ds.X[data.population]),
+        population_y=ds.y[data.population],
+        num_classes=ds.num_classes,
+        device=config.execution.device,
+    )
+    names = _attacks(config)
+    i = names.index(name)
+    attack = _resolve_attacks(
+        [name], num_reference_models=ms.reference_models, num_shadow_models=ms.shadow_models
+    )[0]
+    if name == "shadow" and data.population.size < 2:
+        raise DataError(
+            "The shadow attack trains on the attacker's population: leave some [data] rows' "
+            "membership empty (not audited) so the attacker has data of its own."
+        )
+    # Same seed derivation as dpaudit's own targets (seed, attack position).
+    seed = int(np.random.SeedSequence([config.audit.seed, 0xA77, i]).generate_state(1)[0])
+    scores = np.asarray(attack.score(context, _standardise(data, X_raw), y, seed=seed))[0]
+    info = {
+        "attack": name,
+        "options": attack.options(),
+        "target": target.description,
+        "warnings": warnings,
+        "accuracy": _accuracy(target, X_raw, y, data.membership),
+    }
+    return {
+        "scores": scores.astype(np.float64),
+        "membership": data.membership,
+        "info": np.array(json.dumps(info)),
+    }
+
+
+def _accuracy(target: LoadedTarget, X: np.ndarray, y: np.ndarray, member: np.ndarray) -> dict:
+    correct = target.logits(X)[0].numpy().argmax(axis=-1) == y
+    return {
+        "members": float(correct[member].mean()),
+        "non_members": float(correct[~member].mean()),
+    }
+
+
+# ------------------------------------------------------------------------------ the kind
+
+
+def run_byo_membership(
+    config: AuditConfig, store: RunStore, progress: Progress | None
+) -> KindOutcome:
+    """The membership kind on a target the user brought (model file, factory or scores).
+
+    Every attack's scores become a test (ROC, AUC, TPR at low FPR, advantage with
+    intervals) and two ε lower bounds, neither held against an upper bound (dpaudit does
+    not know how the target was trained): the one-run bound, rigorous only when the user
+    states that membership was decided by independent fair coins, and the bound that
+    treats rows as independent trials (always heuristic: the rows share one model).
+
+    References:
+        Steinke, Nasr, Jagielski (2023), "Privacy Auditing with One (1) Training Run",
+        NeurIPS, Theorem 3.1 (fair-coin inclusion is what makes the one-run bound valid).
+    """
+    import dataclasses
+
+    from dpaudit.audit import KindOutcome
+    from dpaudit.bounds import epsilon_lower_bound
+    from dpaudit.executors import run_units
+    from dpaudit.membership import DEFAULT_GUESS_FRACTION, one_run_bound
+    from dpaudit.results import Comparison, score_summary
+
+    t = config.target
+    units = byo_units(config)
+    tick = (lambda k: progress("attacking your target", len(units), k)) if progress else None
+    stats = run_units(
+        byo_unit,
+        config,
+        units,
+        store,
+        workers=config.execution.workers,
+        progress=tick,
+        executor=config.execution.executor,
+        address=config.execution.address,
+    )
+    c, delta = config.audit.confidence_level, config.audit.delta
+    tests: list[dict[str, Any]] = []
+    comparisons: list[Comparison] = []
+    warnings: list[str] = []
+    what = f"your target ({t.path or t.factory or t.scores})"
+    if t.membership_by_coin:
+        coin_note = (
+            "Membership of the audited rows was decided by independent fair coins (stated in "
+            "[target] membership_by_coin): the one-run ε lower bound is rigorous."
+        )
+    else:
+        coin_note = (
+            "Membership of the audited rows was not stated to be decided by independent fair "
+            "coins ([target] membership_by_coin = false): the one-run ε lower bound is "
+            "heuristic, not a proof."
+        )
+    warnings.append(coin_note)
+    if t.scores is None and set(_TRAINS_REFERENCES) & set(_attacks(config)):
+        warnings.append(RECIPE_NOTE)
+    if t.scores is not None:
+        skipped = [a for a in _attacks(config) if a != "loss"]
+        if skipped:
+            warnings.append(
+                f"A scores file supports only the loss attack; skipped: {', '.join(skipped)} "
+                "(they query the model: give [target] path or factory)."
+            )
+    for unit in units:
+        part = store.load(unit)
+        info = json.loads(str(part["info"]))
+        for w in info.get("warnings", []):
+            if w not in warnings:
+                warnings.append(w)
+        scores = np.asarray(part["scores"], dtype=np.float64)
+        membership = np.asarray(part["membership"], dtype=bool)
+        attack = info["attack"]
+        label = f"{attack} attack on {what}"
+        summary = score_summary(
+            f"byo-{attack}",
+            label,
+            scores[~membership],
+            scores[membership],
+            confidence_level=c,
+            hypotheses=("non-member", "member"),
+        )
+        notes = [coin_note]
+        if attack in _TRAINS_REFERENCES:
+            notes.append(RECIPE_NOTE)
+        summary["attack"] = {"name": attack, "options": info["options"], "notes": notes}
+        summary["target"] = {
+            **info.get("target", {"format": "scores", "source": info.get("source")}),
+            "membership_by_coin": t.membership_by_coin,
+            "audited": int(membership.size),
+            "members": int(membership.sum()),
+        }
+        if "accuracy" in info:
+            summary["target"]["accuracy"] = info["accuracy"]
+        tests.append(summary)
+        one_run = one_run_bound(
+            scores,
+            membership,
+            guesses_per_side=max(1, int(DEFAULT_GUESS_FRACTION * scores.size)),
+            delta=delta,
+            confidence_level=c,
+        )
+        if not t.membership_by_coin:
+            # Without fair coins the one-run theorem's premise fails (Steinke et al. 2023,
+            # §3): the same count is only a description of the attack.
+            one_run = dataclasses.replace(one_run, validity="heuristic")
+        comparisons.append(Comparison(label, "epsilon", one_run, None, "none", False))
+        try:
+            # Rows share one trained model, so they are not independent trials: heuristic.
+            heuristic = epsilon_lower_bound(
+                scores[~membership],
+                scores[membership],
+                delta=delta,
+                confidence_level=c,
+                threshold="split",
+                seed=config.audit.seed,
+                validity="heuristic",
+            )
+        except InsufficientTrialsError as exc:
+            summary["attack"]["notes"].append(f"heuristic epsilon: {exc}")
+        else:
+            comparisons.append(Comparison(label, "epsilon", heuristic, None, "none", False))
+    return KindOutcome(tests, comparisons, [], warnings, stats)
