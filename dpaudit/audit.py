@@ -415,10 +415,11 @@ def run_membership(config: AuditConfig, store: RunStore, progress: Progress | No
 def run_attribute(config: AuditConfig, store: RunStore, progress: Progress | None) -> KindOutcome:
     results, stats = _target_results(config, store, progress, "attribute")
     rows = []
+    per_row = ("guesses", "truth", "membership", "prior")  # per-example arrays stay in the unit
     for variant, r in results:
-        rows.append(
-            {**r, "label": f"attribute inference on the {variant} target ({r['sensitive']})"}
-        )
+        row = {k: v for k, v in r.items() if k not in per_row}
+        row["label"] = f"attribute inference on the {variant} target ({r['sensitive']})"
+        rows.append(row)
     return KindOutcome([], [], rows, [], stats)
 
 

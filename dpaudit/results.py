@@ -154,12 +154,18 @@ def score_summary(
 ) -> dict[str, Any]:
     """The plotting and metric summary of one test's scores (for results.json and the report).
 
-    The curve is thinned to at most ``max_points`` thresholds (always keeping both ends);
+    The curve is thinned to at most ``max_points`` thresholds (always keeping both ends,
+    half of them at log-spaced FPRs);
     each point carries pointwise two-sided Clopper–Pearson intervals for its FPR and FNR,
     the confidence region the report draws around the empirical trade-off curve.
     """
     curve = TradeoffCurve.from_scores(negative_scores, positive_scores)
-    idx = np.unique(np.linspace(0, curve.thresholds.size - 1, max_points).round().astype(int))
+    # Half the points evenly over thresholds, half at log-spaced FPRs, so that the
+    # low-FPR region a log-log ROC shows is not left with a handful of points.
+    even = np.linspace(0, curve.thresholds.size - 1, max_points // 2).round().astype(int)
+    targets = np.logspace(np.log10(1.0 / curve.negatives), 0.0, max_points // 2)
+    at_fpr = np.searchsorted(curve.fpr, targets, side="right") - 1  # fpr rises with index
+    idx = np.unique(np.concatenate([even, np.clip(at_fpr, 0, curve.thresholds.size - 1)]))
     fpr_ci = [
         clopper_pearson(int(curve.fp[i]), curve.negatives, confidence_level=confidence_level)
         for i in idx

@@ -15,6 +15,7 @@ import pytest
 
 from dpaudit.audit import run_audit
 from dpaudit.config import load_config
+from dpaudit.schemas import validate_results
 
 SLOW_PLUGIN = """
 import time
@@ -138,6 +139,7 @@ trials = 5000
     result = run_audit(_write(tmp_path, text), output_dir=tmp_path / "run")
     data = json.loads((tmp_path / "run" / "results.json").read_text())
     assert data == json.loads(result.to_json())
+    validate_results(data)  # the documented, versioned schema
     prov = data["provenance"]
     assert prov["config_hash"] == load_config(tmp_path / "audit.toml").config_hash()
     assert prov["libraries"]["torch"].startswith("2.13.0")

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dpaudit.cli import app
+from dpaudit.schemas import validate_results
 
 runner = CliRunner()
 AUDITS = Path(__file__).resolve().parent.parent / "audits"
@@ -101,6 +102,7 @@ def test_consistent_mechanism_exits_0_and_writes_results(tmp_path: Path) -> None
     assert result.exit_code == 0, result.output
     assert "verdict: pass" in result.stdout
     data = json.loads((tmp_path / "run" / "results.json").read_text())
+    validate_results(data)
     assert data["verdict"] == "pass"
     assert data["privacy_verdict"] == "consistent"
     assert 'failures="0"' in junit.read_text()
