@@ -153,6 +153,9 @@ trials = 5000
 def test_too_few_trials_is_a_clear_error(tmp_path: Path) -> None:
     from dpaudit.errors import InsufficientTrialsError
 
-    text = "[audit]\nname='few'\nkinds=['mechanism']\n[mechanism]\nname='laplace'\nepsilon=1.0\ntrials=8\n"
+    text = (
+        "[audit]\nname='few'\nkinds=['mechanism']\n"
+        "[mechanism]\nname='laplace'\nepsilon=1.0\ntrials=8\n"
+    )
     with pytest.raises(InsufficientTrialsError, match="needed even for a perfect attack"):
         run_audit(_write(tmp_path, text), output_dir=tmp_path / "run")
