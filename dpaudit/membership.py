@@ -123,7 +123,9 @@ class AuditedTarget:
             target=self.models,
             model=self.model,
             training=self.training,
-            target_train_size=int(self.membership.sum()),
+            # The expected size under fair coins, not the realised count: the attacker's
+            # knowledge must not depend on the coins at all.
+            target_train_size=max(1, self.audited.size // 2),
             population_X=self.dataset.X[self.population],
             population_y=self.dataset.y[self.population],
             num_classes=self.dataset.num_classes,
@@ -518,7 +520,8 @@ def audit_membership(
         attack_seed = int(np.random.SeedSequence([seed, 0xA77, i]).generate_state(1)[0])
         scores = np.asarray(attack.score(context, X, y, seed=attack_seed), dtype=np.float64)[0]
         elapsed = time.perf_counter() - t0
-        seconds[attack.name] = elapsed
+        key = attack.name if attack.name not in seconds else f"{attack.name}#{i}"
+        seconds[key] = elapsed
         outcomes.append(
             _summarise(
                 attack,

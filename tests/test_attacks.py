@@ -114,6 +114,12 @@ class TestAttackContract:
         rng = np.random.default_rng(0)
         shuffled = dataclasses.replace(target, membership=rng.permutation(target.membership))
         assert not np.array_equal(shuffled.membership, target.membership)
+        # A redraw with a different number of members: not even the count may leak.
+        redrawn = dataclasses.replace(target, membership=rng.random(target.audited.size) < 0.3)
+        assert redrawn.membership.sum() != target.membership.sum()
+        np.testing.assert_array_equal(
+            run_attack(name, target, seed=1), run_attack(name, redrawn, seed=1)
+        )
         np.testing.assert_array_equal(
             run_attack(name, target, seed=1), run_attack(name, shuffled, seed=1)
         )
