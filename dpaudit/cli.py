@@ -279,6 +279,31 @@ def report_command(
     console.print(str(out), markup=False, soft_wrap=True)
 
 
+INIT_KINDS = ("mechanism", "membership", "attribute")
+
+
+@app.command("init")
+def init_command(
+    kind: Annotated[
+        str, typer.Option("--kind", "-k", help=f"One of: {', '.join(INIT_KINDS)}.")
+    ] = "mechanism",
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write it.")] = Path(
+        "audit.toml"
+    ),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a commented example audit file that runs as written."""
+    from importlib import resources
+
+    if kind not in INIT_KINDS:
+        raise fail(f"--kind must be one of {', '.join(INIT_KINDS)}. Got {kind!r} instead.")
+    if output.exists() and not force:
+        raise fail(f"{output} exists; pass --force to overwrite it")
+    text = resources.files("dpaudit").joinpath("examples", f"{kind}.toml").read_text("utf-8")
+    output.write_text(text, encoding="utf-8")
+    console.print(f"wrote {output}; run it with: dpaudit run {output}", markup=False)
+
+
 def main() -> None:
     """Console-script entry point."""
     try:

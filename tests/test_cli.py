@@ -152,3 +152,28 @@ def test_validate_good_file(tmp_path: Path) -> None:
 )
 def test_shipped_audit_files_validate(name: str) -> None:
     assert runner.invoke(app, ["validate", str(AUDITS / f"{name}.toml")]).exit_code == 0
+
+
+@pytest.mark.parametrize("kind", ["mechanism", "membership", "attribute"])
+def test_init_writes_an_example_that_runs(kind: str, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the run directory defaults to ./reports/<name>/
+    result = runner.invoke(app, ["init", "--kind", kind, "-o", "audit.toml"])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "audit.toml").read_text()
+    assert text.startswith("# A dpaudit audit file")
+    assert runner.invoke(app, ["validate", "audit.toml"]).exit_code == 0
+    run = runner.invoke(app, ["run", "audit.toml", "-q"])
+    assert run.exit_code == 0, run.output
+    assert list((tmp_path / "reports").glob("*/results.json"))
+
+
+def test_init_refuses_to_overwrite_and_unknown_kind(tmp_path: Path) -> None:
+    target = tmp_path / "audit.toml"
+    target.write_text("keep me")
+    result = runner.invoke(app, ["init", "-o", str(target)])
+    assert result.exit_code == 2
+    assert "exists; pass --force" in result.stderr
+    assert target.read_text() == "keep me"
+    bad = runner.invoke(app, ["init", "--kind", "telepathy", "-o", str(tmp_path / "x.toml")])
+    assert bad.exit_code == 2
+    assert "--kind must be one of mechanism, membership, attribute" in bad.stderr
