@@ -787,7 +787,8 @@ def run_byo_membership(
             "coins ([target] membership_by_coin = false): the one-run ε lower bound is "
             "heuristic, not a proof."
         )
-    warnings.append(coin_note)
+    if not t.membership_by_coin:
+        warnings.append(coin_note)
     if t.scores is None and set(_TRAINS_REFERENCES) & set(_attacks(config)):
         warnings.append(RECIPE_NOTE)
     if t.scores is not None:
