@@ -23,6 +23,7 @@ import numpy as np
 
 from dpaudit import __version__
 from dpaudit.bounds import epsilon_lower_bound, mu_lower_bound
+from dpaudit.canary_audit import run_dpsgd
 from dpaudit.config import AuditConfig, load_config
 from dpaudit.errors import ConfigError, DpauditError
 from dpaudit.executors import UnitStats, run_units
@@ -446,6 +447,7 @@ KINDS: dict[str, Callable[[AuditConfig, RunStore, Progress | None], KindOutcome]
     "mechanism": run_mechanism,
     "membership": run_membership,
     "attribute": run_attribute,
+    "dpsgd": run_dpsgd,
 }
 
 

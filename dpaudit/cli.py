@@ -306,6 +306,11 @@ def init_command(
 
 def main() -> None:
     """Console-script entry point."""
+    import logging
+
+    # dp-accounting's RDP code logs every order it drops while calibrating noise; the
+    # accountant's answer is what matters on a terminal.
+    logging.getLogger("absl").setLevel(logging.ERROR)
     try:
         app()
     except DpauditError as exc:  # a user mistake that escaped a command: one line, exit 2

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from dpaudit.canary_audit import DpsgdSection
 from dpaudit.errors import ConfigError
 
 AuditKind = Literal["mechanism", "membership", "attribute", "dpsgd"]
@@ -291,6 +292,7 @@ class AuditConfig(_Table):
     target: TargetSection = TargetSection()
     membership: MembershipSection | None = None
     attribute: AttributeSection | None = None
+    dpsgd: DpsgdSection | None = None
     gate: GateSection = GateSection()
     execution: ExecutionSection = ExecutionSection()
     report: ReportSection = ReportSection()

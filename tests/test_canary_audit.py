@@ -162,19 +162,44 @@ def test_dpgd_white_box_scores_are_the_gaussian_of_exact_gdp(tmp_path):
 # --------------------------------------------------------------------------- planted bugs
 
 
+AUDITS = Path(__file__).resolve().parent.parent / "audits"
+
+
+def _run_shipped_example(name: str, trainer: str | None, tmp_path: Path) -> int:
+    """`dpaudit run` on a shipped example (its own trials), optionally with another trainer."""
+    from typer.testing import CliRunner
+
+    from dpaudit.cli import app
+
+    text = (AUDITS / f"{name}.toml").read_text()
+    if trainer is not None:
+        lines = [
+            f'trainer = "{trainer}"' if line.startswith("trainer = ") else line
+            for line in text.splitlines()
+        ]
+        text = "\n".join(lines) + "\n"
+    (tmp_path / "plugins").symlink_to(AUDITS / "plugins")
+    audit = tmp_path / f"{name}.toml"
+    audit.write_text(text)
+    result = CliRunner().invoke(app, ["run", str(audit), "-q", "-o", str(tmp_path / "run")])
+    return result.exit_code
+
+
 @pytest.mark.parametrize(
-    "trainer",
+    ("example", "trainer", "exit_code"),
     [
-        "test_canary_audit:skip_clipping_trainer",
-        "test_canary_audit:weak_noise_trainer",
-        "test_canary_audit:one_step_accountant_trainer",
+        # the shipped examples with their correct trainers are consistent ...
+        ("dpsgd-user-trainer", None, 0),
+        ("dpsgd-output-perturbation", None, 0),
+        # ... and the same audits catch each planted bug (exit 1: violation)
+        ("dpsgd-user-trainer", "test_canary_audit:skip_clipping_trainer", 1),
+        ("dpsgd-user-trainer", "test_canary_audit:weak_noise_trainer", 1),
+        ("dpsgd-user-trainer", "test_canary_audit:one_step_accountant_trainer", 1),
+        ("dpsgd-output-perturbation", "test_canary_audit:output_perturbation_without_1_over_n", 1),
     ],
 )
-def test_planted_dpgd_bugs_are_violations(tmp_path, trainer):
-    section = {**DPGD, "trainer": trainer}
-    section["training"] = {**DPGD["training"], "full_batch": True}
-    out = _run(section, tmp_path, trials=300)
-    assert _verdict(out) == "violation"
+def test_shipped_examples_catch_planted_bugs(example, trainer, exit_code, tmp_path):
+    assert _run_shipped_example(example, trainer, tmp_path) == exit_code
 
 
 def test_correct_dpgd_through_user_protocol_is_consistent(tmp_path):
@@ -201,14 +226,6 @@ def test_output_perturbation_correct_is_consistent(tmp_path):
     assert out.comparisons[0].upper == 1.0
     assert out.comparisons[1].upper == pytest.approx(theory.mu_from_pure_dp(1.0))
     assert _verdict(out) == "consistent"
-
-
-def test_output_perturbation_without_1_over_n_is_a_violation(tmp_path):
-    bug = {
-        **OUTPUT_PERTURBATION,
-        "trainer": "test_canary_audit:output_perturbation_without_1_over_n",
-    }
-    assert _verdict(_run(bug, tmp_path, trials=300)) == "violation"
 
 
 # ---------------------------------------------------------------- Poisson DP-SGD validity
