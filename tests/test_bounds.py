@@ -246,3 +246,27 @@ def test_one_run_chance_level_gives_zero() -> None:
 def test_one_run_errors() -> None:
     with pytest.raises(DpauditError, match="correct ≤ guesses ≤ canaries"):
         one_run_epsilon_lower_bound(canaries=10, guesses=20, correct=5, delta=0.0)
+
+
+def test_validity_check_has_power_against_an_uncorrected_maximum() -> None:
+    # Control: the forbidden strategy (maximise per-threshold Clopper–Pearson bounds over all
+    # thresholds on the same trials) must fail the same check, or the check proves nothing.
+    from dpaudit.bounds import _curve_bounds, _rate_level
+    from dpaudit.tradeoff import TradeoffCurve
+
+    def uncorrected(neg, pos, **_):
+        curve = TradeoffCurve.from_scores(neg, pos)
+        level = _rate_level(0.95)
+        values, _, _ = _curve_bounds(
+            curve, level_fpr=level, level_fnr=level, parameter="mu", delta=0.0
+        )
+
+        class Max:
+            value = float(values.max())
+
+        return Max()
+
+    def same(rng):
+        return rng.normal(0, 1, TRIALS), rng.normal(0, 1, TRIALS)
+
+    assert _failure_rate(same, uncorrected, 0.0, "split") > CEILING
