@@ -133,7 +133,7 @@ class LinearStackBackend:
         a = xb
         last = len(weights) - 1
         for layer, (w, b) in enumerate(zip(weights, biases, strict=True)):
-            z = torch.baddbmm(b.unsqueeze(1), a, w.transpose(1, 2))
+            z = torch.bmm(a, w.transpose(1, 2)).add_(b.unsqueeze(1))
             if layer < last:
                 a, derivative = _activation_and_derivative(self.spec.activation, z)
                 inputs.append(a)
@@ -142,7 +142,10 @@ class LinearStackBackend:
                 a = z
         # d(cross-entropy)/d(logits) = softmax − one-hot, per example (no 1/B: the engine
         # divides the clipped sum by the expected batch size, as Opacus does).
-        delta = torch.softmax(a, dim=-1)
+        # Softmax by hand: torch.softmax over a short last dimension is several times
+        # slower on CPU than these three vectorised operations (same stable formula).
+        delta = (a - a.amax(dim=-1, keepdim=True)).exp_()
+        delta.div_(delta.sum(dim=-1, keepdim=True))
         delta.scatter_add_(-1, yb.unsqueeze(-1), torch.full_like(delta[..., :1], -1.0))
         # Zero the padded rows' deltas (their inputs are finite real rows or zeros), so they
         # add nothing to the norms or to the clipped sum.
