@@ -417,3 +417,18 @@ def test_model_that_does_not_fit_the_data(world) -> None:
     config = load_config(root / "wide.toml")
     with pytest.raises(DataError, match=r"hidden widths \(16,\).*hidden=\[8\]"):
         load_target(config, num_features=D, num_classes=C)
+
+
+def test_example_byo_sklearn_audit_loads_and_scores() -> None:
+    root = Path(__file__).resolve().parents[1]
+    config = load_config(root / "audits" / "byo-sklearn.toml")
+    data = load_byo_data(config)
+    assert data.audited.size == 1000
+    assert data.population.size == data.dataset.num_rows - 1000
+    units = byo_units(config)
+    assert [u.rsplit("-", 1)[1] for u in units] == ["loss", "shadow", "lira"]
+    out = byo_unit(config, units[0])  # the loss attack: no reference models to train
+    info = json.loads(str(out["info"]))
+    assert info["target"]["format"] == "skops"
+    assert info["accuracy"]["members"] == 1.0  # the script's model fits its members
+    assert np.all(out["scores"] <= 0.0)  # −loss
