@@ -657,11 +657,22 @@ def _pipeline(
     delta: float,
     workers: int,
     progress: Progress | None,
+    executor: str = "local",
+    address: str | None = None,
 ) -> DpsgdOutcome:
     s = cfg.section
     units = dpsgd_units(cfg)
     tick = (lambda k: progress("training canary models", len(units), k)) if progress else None
-    stats = run_units(dpsgd_unit, cfg, units, store, workers=workers, progress=tick)
+    stats = run_units(
+        dpsgd_unit,
+        cfg,
+        units,
+        store,
+        workers=workers,
+        progress=tick,
+        executor=executor,
+        address=address,
+    )
     many = [store.load(u) for u in units if u != "dpsgd-one-run"]
     one = store.load("dpsgd-one-run") if s.one_run is not None else None
 
@@ -798,6 +809,8 @@ def run_dpsgd(config: Any, store: RunStore, progress: Progress | None) -> KindOu
         delta=config.audit.delta,
         workers=config.execution.workers,
         progress=progress,
+        executor=config.execution.executor,
+        address=config.execution.address,
     )
     return KindOutcome(o.tests, o.comparisons, [], o.warnings, o.units)
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -97,7 +98,7 @@ def _summary(result: AuditResult) -> None:
         status = "[green]pass[/]" if check.passed else "[bold red]FAIL[/]"
         console.print(f"{status} {check.name}: {check.message}", highlight=False)
     for w in result.warnings:
-        console.print(f"[yellow]warning[/]: {w}")
+        console.print(f"[yellow]warning[/]: {escape(w)}")
     colour = "green" if result.verdict == "pass" else "bold red"
     run_dir = Path(str(result.provenance.get("run_dir")))
     console.print(f"verdict: [{colour}]{result.verdict}[/] (privacy: {result.privacy_verdict})")

@@ -328,7 +328,11 @@ class AuditConfig(_Table):
                 raise ValueError(
                     f"audit kind {kind!r} is listed in [audit] kinds but [{kind}] is missing"
                 )
-        needs_data = {"membership", "attribute"} & set(self.audit.kinds)
+        # A scores file carries everything a membership audit needs; attribute inference
+        # always runs a model on the data.
+        scores_only = getattr(self.target, "scores", None) is not None
+        needs_data = {"attribute"} | (set() if scores_only else {"membership"})
+        needs_data &= set(self.audit.kinds)
         if needs_data and self.data is None:
             raise ValueError(f"audit kind {sorted(needs_data)[0]!r} needs a [data] table")
         if "attribute" in self.audit.kinds and self.data.sensitive is None:
