@@ -63,6 +63,28 @@ class KindOutcome:
 _STREAM_MECHANISM = 1
 
 
+def run_kind_units(
+    fn: Callable[[Any, str], dict[str, np.ndarray]],
+    config: AuditConfig,
+    units: list[str],
+    store: RunStore,
+    progress: Progress | None,
+    description: str,
+) -> UnitStats:
+    """Run a kind's missing units with the ``[execution]`` settings and a progress bar."""
+    tick = (lambda k: progress(description, len(units), k)) if progress else None
+    return run_units(
+        fn,
+        config,
+        units,
+        store,
+        workers=config.execution.workers,
+        progress=tick,
+        executor=config.execution.executor,
+        address=config.execution.address,
+    )
+
+
 def build_mechanism(config: AuditConfig) -> Mechanism:
     """The mechanism of ``[mechanism]`` with the noise it runs with."""
     m = config.mechanism
@@ -117,17 +139,7 @@ def run_mechanism(config: AuditConfig, store: RunStore, progress: Progress | Non
     from dpaudit import theory
 
     units = mechanism_units(config)
-    tick = (lambda k: progress("sampling mechanism", len(units), k)) if progress else None
-    stats = run_units(
-        mechanism_unit,
-        config,
-        units,
-        store,
-        workers=config.execution.workers,
-        progress=tick,
-        executor=config.execution.executor,
-        address=config.execution.address,
-    )
+    stats = run_kind_units(mechanism_unit, config, units, store, progress, "sampling mechanism")
     parts = [store.load(u) for u in units]
     neg = np.concatenate([p["negative"] for p in parts])
     pos = np.concatenate([p["positive"] for p in parts])
@@ -211,12 +223,13 @@ def run_mechanism(config: AuditConfig, store: RunStore, progress: Progress | Non
 # -------------------------------------------------------- membership and attribute kinds
 
 
-def training_spec(config: AuditConfig, variant: str) -> Any:
+def training_spec(config: AuditConfig, variant: str, *, members: int | None = None) -> Any:
     """The engine's :class:`~dpaudit.training.TrainingSpec` for a target variant.
 
     With ``[training.dp] target_epsilon`` the noise multiplier is calibrated by the
     accountant for the sampling rate and number of steps the engine will run: q = b/n and
-    T = epochs·⌊n/b⌋ with n the target's members (the fair-coin winners).
+    T = epochs·⌊n/b⌋ with n the target's members (by default the fair-coin winners of the
+    audited pool).
     """
     from dpaudit import accounting
     from dpaudit.membership import fair_coins
@@ -227,7 +240,8 @@ def training_spec(config: AuditConfig, variant: str) -> Any:
     if variant == "dp":
         sigma = t.dp.noise_multiplier
         if sigma is None:
-            members = int(fair_coins(config.data.audited_size, seed=config.audit.seed).sum())
+            if members is None:
+                members = int(fair_coins(config.data.audited_size, seed=config.audit.seed).sum())
             if members < t.batch_size:
                 raise ConfigError(
                     f"[training] batch_size={t.batch_size} exceeds the target's {members} "
@@ -317,18 +331,8 @@ def _target_results(
     import json
 
     units = target_units(config)
-    tick = (
-        (lambda k: progress("training targets and attacking", len(units), k)) if progress else None
-    )
-    stats = run_units(
-        target_unit,
-        config,
-        units,
-        store,
-        workers=config.execution.workers,
-        progress=tick,
-        executor=config.execution.executor,
-        address=config.execution.address,
+    stats = run_kind_units(
+        target_unit, config, units, store, progress, "training targets and attacking"
     )
     found = []
     for unit in units:

@@ -111,20 +111,7 @@ class EpsilonBound:
     details: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "parameter": "epsilon",
-            "value": self.value,
-            "confidence_level": self.confidence_level,
-            "delta": self.delta,
-            "method": self.method,
-            "threshold": self.threshold,
-            "validity": self.validity,
-            "fpr_interval": None if self.fpr is None else list(self.fpr),
-            "fnr_interval": None if self.fnr is None else list(self.fnr),
-            "threshold_value": _json_float(self.threshold_value),
-            "counts": dict(self.counts),
-            "details": _jsonable(self.details),
-        }
+        return _bound_dict(self, "epsilon", delta=self.delta)
 
 
 @dataclass(frozen=True)
@@ -168,19 +155,7 @@ class MuBound:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "parameter": "mu",
-            "value": self.value,
-            "confidence_level": self.confidence_level,
-            "method": self.method,
-            "threshold": self.threshold,
-            "validity": self.validity,
-            "fpr_interval": None if self.fpr is None else list(self.fpr),
-            "fnr_interval": None if self.fnr is None else list(self.fnr),
-            "threshold_value": _json_float(self.threshold_value),
-            "counts": dict(self.counts),
-            "details": _jsonable(self.details),
-        }
+        return _bound_dict(self, "mu")
 
 
 # ------------------------------------------------------------------ the two inequalities
@@ -655,6 +630,24 @@ def one_run_epsilon_lower_bound(
 
 
 # ------------------------------------------------------------------------------ helpers
+
+
+def _bound_dict(b: EpsilonBound | MuBound, parameter: str, **extra: Any) -> dict[str, Any]:
+    """The JSON form shared by both bound types (results.json's ``lower`` objects)."""
+    return {
+        "parameter": parameter,
+        "value": b.value,
+        "confidence_level": b.confidence_level,
+        **extra,
+        "method": b.method,
+        "threshold": b.threshold,
+        "validity": b.validity,
+        "fpr_interval": None if b.fpr is None else list(b.fpr),
+        "fnr_interval": None if b.fnr is None else list(b.fnr),
+        "threshold_value": _json_float(b.threshold_value),
+        "counts": dict(b.counts),
+        "details": _jsonable(b.details),
+    }
 
 
 def _json_float(x: float | None) -> float | None:

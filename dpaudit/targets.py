@@ -596,29 +596,10 @@ def byo_units(config: AuditConfig) -> list[str]:
 
 def _reference_training(config: AuditConfig, members: int) -> Any:
     """The [training] recipe for reference models, DP noise calibrated to the target's size."""
-    from dpaudit import accounting
-    from dpaudit.training import DPConfig, TrainingSpec
+    from dpaudit.audit import training_spec
 
-    t = config.training
-    dp = None
-    if t.dp is not None:
-        sigma = t.dp.noise_multiplier
-        if sigma is None:
-            sigma = accounting.calibrate_noise(
-                target_epsilon=t.dp.target_epsilon,
-                delta=config.audit.delta,
-                sampling_rate=min(1.0, t.batch_size / members),
-                steps=t.epochs * max(1, members // t.batch_size),
-            )
-        dp = DPConfig(noise_multiplier=sigma, clipping_norm=t.dp.clipping_norm)
-    return TrainingSpec(
-        epochs=t.epochs,
-        batch_size=t.batch_size,
-        learning_rate=t.learning_rate,
-        momentum=t.momentum,
-        weight_decay=t.weight_decay,
-        dp=dp,
-    )
+    variant = "dp" if config.training.dp is not None else "plain"
+    return training_spec(config, variant, members=members)
 
 
 class _Standardised:
@@ -752,25 +733,14 @@ def run_byo_membership(
     """
     import dataclasses
 
-    from dpaudit.audit import KindOutcome
+    from dpaudit.audit import KindOutcome, run_kind_units
     from dpaudit.bounds import epsilon_lower_bound
-    from dpaudit.executors import run_units
     from dpaudit.membership import DEFAULT_GUESS_FRACTION, one_run_bound
     from dpaudit.results import Comparison, score_summary
 
     t = config.target
     units = byo_units(config)
-    tick = (lambda k: progress("attacking your target", len(units), k)) if progress else None
-    stats = run_units(
-        byo_unit,
-        config,
-        units,
-        store,
-        workers=config.execution.workers,
-        progress=tick,
-        executor=config.execution.executor,
-        address=config.execution.address,
-    )
+    stats = run_kind_units(byo_unit, config, units, store, progress, "attacking your target")
     c, delta = config.audit.confidence_level, config.audit.delta
     tests: list[dict[str, Any]] = []
     comparisons: list[Comparison] = []

@@ -202,40 +202,40 @@ def _require_dp(training: TrainingSpec, name: str) -> None:
         raise ConfigError(f"The {name!r} trainer needs [dpsgd.training.dp] (noise, clipping).")
 
 
-def dpsgd_trainer(
-    X: np.ndarray,
-    y: np.ndarray,
-    membership: np.ndarray,
-    *,
-    seed: int,
-    canary: CanarySetup,
-    settings: TrainerSettings,
-) -> TrainerOutput:
-    """The engine's Poisson-subsampled DP-SGD; returns the engine's records."""
-    _require_dp(settings.training, "dpsgd")
-    training = _replace(settings.training, full_batch=False)
-    scores, models, records = _engine_train(
-        X, y, membership, seed=seed, canary=canary, settings=settings, training=training
-    )
-    return TrainerOutput(scores=scores, models=models, records=records)  # type: ignore[arg-type]
+def _engine_dp_trainer(name: str, *, full_batch: bool, doc: str) -> Callable[..., TrainerOutput]:
+    """A built-in trainer that runs the engine's DP-SGD (``full_batch`` = DP-GD)."""
+
+    def trainer(
+        X: np.ndarray,
+        y: np.ndarray,
+        membership: np.ndarray,
+        *,
+        seed: int,
+        canary: CanarySetup,
+        settings: TrainerSettings,
+    ) -> TrainerOutput:
+        _require_dp(settings.training, name)
+        training = _replace(settings.training, full_batch=full_batch)
+        scores, models, records = _engine_train(
+            X, y, membership, seed=seed, canary=canary, settings=settings, training=training
+        )
+        return TrainerOutput(scores=scores, models=models, records=records)  # type: ignore[arg-type]
+
+    trainer.__name__ = f"{name}_trainer"
+    trainer.__doc__ = doc
+    return trainer
 
 
-def dpgd_trainer(
-    X: np.ndarray,
-    y: np.ndarray,
-    membership: np.ndarray,
-    *,
-    seed: int,
-    canary: CanarySetup,
-    settings: TrainerSettings,
-) -> TrainerOutput:
-    """The engine's full-batch DP-GD (q = 1); returns the engine's records."""
-    _require_dp(settings.training, "dpgd")
-    training = _replace(settings.training, full_batch=True)
-    scores, models, records = _engine_train(
-        X, y, membership, seed=seed, canary=canary, settings=settings, training=training
-    )
-    return TrainerOutput(scores=scores, models=models, records=records)  # type: ignore[arg-type]
+dpsgd_trainer = _engine_dp_trainer(
+    "dpsgd",
+    full_batch=False,
+    doc="The engine's Poisson-subsampled DP-SGD; returns the engine's records.",
+)
+dpgd_trainer = _engine_dp_trainer(
+    "dpgd",
+    full_batch=True,
+    doc="The engine's full-batch DP-GD (q = 1); returns the engine's records.",
+)
 
 
 def plain_trainer(
