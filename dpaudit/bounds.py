@@ -226,6 +226,18 @@ def _check_counts(fp: int, negatives: int, fn: int, positives: int) -> None:
             raise DpauditError(f"The {name!r} parameter must be in [0, {n}]. Got {k} instead.")
 
 
+def _fixed_threshold_rates(
+    fp: int, negatives: int, fn: int, positives: int, c: float, validity: str
+) -> tuple[ConfidenceInterval, ConfidenceInterval]:
+    """Validated one-sided upper limits on FPR and FNR, each at 1 − (1 − c)/2."""
+    check_choice("validity", validity, VALIDITIES)
+    _check_counts(fp, negatives, fn, positives)
+    level = _rate_level(c)
+    fpr = clopper_pearson(fp, negatives, confidence_level=level, alternative="less")
+    fnr = clopper_pearson(fn, positives, confidence_level=level, alternative="less")
+    return fpr, fnr
+
+
 def epsilon_from_counts(
     fp: int,
     negatives: int,
@@ -256,11 +268,7 @@ def epsilon_from_counts(
     """
     d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)
     c = check_confidence_level(confidence_level)
-    check_choice("validity", validity, VALIDITIES)
-    _check_counts(fp, negatives, fn, positives)
-    level = _rate_level(c)
-    fpr = clopper_pearson(fp, negatives, confidence_level=level, alternative="less")
-    fnr = clopper_pearson(fn, positives, confidence_level=level, alternative="less")
+    fpr, fnr = _fixed_threshold_rates(fp, negatives, fn, positives, c, validity)
     value = float(epsilon_from_rates(fpr.high, fnr.high, delta=d))
     return EpsilonBound(
         value=value,
@@ -287,11 +295,7 @@ def mu_from_counts(
     """μ lower bound from the counts of ONE threshold fixed in advance (see
     :func:`epsilon_from_counts` for the arguments and the union bound)."""
     c = check_confidence_level(confidence_level)
-    check_choice("validity", validity, VALIDITIES)
-    _check_counts(fp, negatives, fn, positives)
-    level = _rate_level(c)
-    fpr = clopper_pearson(fp, negatives, confidence_level=level, alternative="less")
-    fnr = clopper_pearson(fn, positives, confidence_level=level, alternative="less")
+    fpr, fnr = _fixed_threshold_rates(fp, negatives, fn, positives, c, validity)
     return MuBound(
         value=float(mu_from_rates(fpr.high, fnr.high)),
         confidence_level=c,
