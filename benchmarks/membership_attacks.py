@@ -91,6 +91,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=1, help="timed non-private audits")
+    parser.add_argument(
+        "--sweep", type=int, default=0, help="also run the non-private audit at seeds 0..N-1"
+    )
     args = parser.parse_args()
     print(f"torch threads: {torch.get_num_threads()}")
     ds = load_dataset("statsmodels:fair", sensitive=SENSITIVE)
@@ -130,6 +133,26 @@ def main() -> None:
         f"{statistics.median(cpus):.1f} s over {len(walls)} run(s) (2 cores: on an idle "
         f"machine wall >= CPU / 2)"
     )
+
+    if args.sweep:
+        print("\n[1b] seed sweep, non-private (AUC; TPR at 1 % FPR)")
+        ratios, shadow_wins = [], 0
+        for seed in range(args.sweep):
+            res = audit_membership(ds, model=MODEL, training=PLAIN, audited_size=AUDITED, seed=seed)
+            o = {x.attack: x.metrics for x in res.outcomes}
+            t = {k: v.tpr_at_fpr[1].tpr for k, v in o.items()}
+            ratios.append(math.inf if t["loss"] == 0 else t["lira"] / t["loss"])
+            shadow_wins += o["shadow"].auc > o["loss"].auc
+            print(
+                f"  seed {seed}: AUC loss {o['loss'].auc:.3f} shadow {o['shadow'].auc:.3f} "
+                f"lira {o['lira'].auc:.3f}; TPR@1% loss {t['loss']:.3f} shadow "
+                f"{t['shadow']:.3f} lira {t['lira']:.3f}; ratio {ratios[-1]:.1f}x"
+            )
+        print(
+            f"  LiRA/loss at 1 % FPR: median {statistics.median(ratios):.1f}x, "
+            f">= 2x in {sum(r >= 2 for r in ratios)}/{len(ratios)} seeds; shadow AUC > "
+            f"loss AUC in {shadow_wins}/{len(ratios)}"
+        )
 
     # 2. DP-SGD at ε ≈ 1, σ calibrated for the members the coins will pick.
     members = int(fair_coins(AUDITED, seed=args.seed).sum())

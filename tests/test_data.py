@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -177,14 +179,18 @@ def test_errors_are_clear() -> None:
         split_dataset(wine, target_size=5, population_size=5, seed=0, standardize="all")
 
 
-def test_parquet_without_pyarrow_names_the_fix(tmp_path) -> None:
-    pytest.importorskip("pandas")
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        path = tmp_path / "x.parquet"
-        path.write_bytes(b"PAR1")
-        with pytest.raises(DataError, match=r"pip install pyarrow"):
-            load_dataset(f"parquet:{path}", label="y")
-    else:
-        pytest.skip("pyarrow is installed")
+def test_parquet_without_pyarrow_names_the_fix(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "x.parquet"
+    path.write_bytes(b"PAR1")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # makes "import pyarrow" fail
+    with pytest.raises(DataError, match=r"needs pyarrow.*pip install pyarrow"):
+        load_dataset(f"parquet:{path}", label="y")
+
+
+def test_parquet_round_trip(tmp_path) -> None:
+    pytest.importorskip("pyarrow")
+    frame = pd.DataFrame({"a": [0.5, 1.5, 2.5, 3.5], "c": ["x", "y", "x", "y"], "y": [0, 1, 0, 1]})
+    frame.to_parquet(tmp_path / "t.parquet")
+    ds = load_dataset("parquet:t.parquet", label="y", base_dir=tmp_path)
+    assert ds.feature_names == ("a", "c=x", "c=y")
+    np.testing.assert_array_equal(ds.y, [0, 1, 0, 1])
