@@ -75,7 +75,7 @@ Progress = Callable[[str, int, int], None]
 DEFAULT_FPRS: tuple[float, ...] = (0.1, 0.01, 0.001)
 # Share of the audited rows guessed on by the one-run test, at each end of the score
 # order (top = "member", bottom = "non-member"). It is fixed before the scores are seen,
-# as Steinke, Nasr, Jagielski (2023, §6) require: choosing it after looking at the scores
+# as Steinke, Nasr, Jagielski (2023) require: choosing it after looking at the scores
 # would void the confidence level.
 DEFAULT_GUESS_FRACTION = 0.05
 
@@ -145,7 +145,7 @@ def fair_coins(audited_size: int, *, seed: int) -> np.ndarray:
     """The audited rows' membership coins that :func:`prepare_target` draws for ``seed``.
 
     One independent fair coin per audited row: the premise of the one-run theorem
-    (Steinke, Nasr, Jagielski 2023, §3: canaries included i.i.d. with probability 1/2).
+    (Steinke, Nasr, Jagielski 2023: canaries included i.i.d. with probability 1/2).
     Exposed so that a caller can size DP noise for the actual number of members before
     training (the sampling rate q = batch_size / members).
     """
@@ -661,11 +661,11 @@ def dp_attribute_advantage_bound(epsilon: float, delta: float) -> dict[str, floa
     and the cruder first term alone gives Yeom et al.'s e^ε − 1 (plus δ; "yeom").
 
     References:
-        Yeom, Giacomelli, Fredrikson, Jha (2018), IEEE CSF, §4 (the attribute advantage
-        of an ε-DP algorithm is at most e^ε − 1, by the same argument as their Theorem 1
-        for membership); Kairouz, Oh, Viswanath (2015), "The Composition Theorem for
-        Differential Privacy", ICML, Theorem 2.1 (the (ε, δ) region whose extreme point
-        gives the "region" value).
+        Yeom, Giacomelli, Fredrikson, Jha (2018), IEEE CSF, attribute-inference section
+        (the attribute advantage of an ε-DP algorithm is at most e^ε − 1, by the same
+        argument as their Theorem 1 for membership); Kairouz, Oh, Viswanath (2015), "The
+        Composition Theorem for Differential Privacy", ICML, Theorem 2.1 (the (ε, δ)
+        region, whose extreme point gives the "region" value).
     """
     e = math.exp(epsilon)
     return {"yeom": e - 1.0 + delta, "region": min(1.0, (e - 1.0 + 2.0 * delta) / (e + 1.0))}
@@ -775,7 +775,7 @@ def audit_attribute(
         DataError: the dataset has no sensitive column.
 
     References:
-        Yeom, Giacomelli, Fredrikson, Jha (2018), IEEE CSF, §4 (attribute advantage).
+        Yeom, Giacomelli, Fredrikson, Jha (2018), IEEE CSF (attribute inference and its advantage).
     """
     c = check_confidence_level(confidence_level)
     d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)

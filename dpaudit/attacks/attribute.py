@@ -39,7 +39,7 @@ class AttributeAttack:
 
     References:
         Yeom, Giacomelli, Fredrikson, Jha (2018), "Privacy Risk in Machine Learning:
-        Analyzing the Connection to Overfitting", IEEE CSF, §4 (attribute inference: the
+        Analyzing the Connection to Overfitting", IEEE CSF, attribute-inference section (the
         adversary weighs each candidate by its prior and by how well the model fits the
         record with it filled in; attribute advantage = accuracy on members − accuracy on
         non-members).

@@ -173,7 +173,8 @@ def logit_confidence(logits: np.ndarray, y: np.ndarray) -> np.ndarray:
 
     References:
         Carlini, Chien, Nasr, Song, Terzis, Tramèr (2022), "Membership Inference Attacks
-        From First Principles", IEEE S&P, §IV-C (logit scaling, eq. 4).
+        From First Principles", IEEE S&P (the logit scaling of the confidence that makes
+        its in / out distributions approximately Gaussian).
     """
     idx = np.broadcast_to(y[None, :, None], (*logits.shape[:2], 1))
     z_y = np.take_along_axis(logits, idx, -1)[..., 0]

@@ -19,9 +19,10 @@ from dpaudit.errors import check_choice
 
 __all__ = ["LiraAttack", "balanced_halves", "lira_scores", "train_models"]
 
-# Carlini et al. (2022, §VI-A, Fig. 7) find a single global variance better than
-# per-example variances when few reference models are available; "auto" switches at 64
-# reference models (32 in / 32 out per example), the regime their per-example results use.
+# Carlini et al. (2022, ablation over the number of shadow models) find a single global
+# variance better than per-example variances when few reference models are available;
+# "auto" switches at 64 reference models (32 in / 32 out per example), the regime of their
+# per-example results.
 _AUTO_PER_EXAMPLE_FROM = 64
 # Floor on a fitted standard deviation, relative to the global one: a per-example fit on
 # identical confidences (e.g. rows every reference model fits perfectly) would otherwise
@@ -34,7 +35,7 @@ def balanced_halves(num_models: int, num_rows: int, rng: np.random.Generator) ->
 
     Every reference model then trains on about half of the pool, and every audited row has
     the same number of "in" and "out" models to fit its two Gaussians on (the scheme of
-    Carlini et al. 2022, §IV-B, "each example is in half of the shadow models").
+    Carlini et al. 2022: each example is in half of the shadow models).
     """
     ranks = np.argsort(rng.random((num_models, num_rows)), axis=0)
     return ranks < num_models // 2
@@ -82,7 +83,7 @@ def lira_scores(
         variant: ``"online"`` — log N(φ; μ_in, σ_in²) − log N(φ; μ_out, σ_out²), the
             log-likelihood ratio of Carlini et al. (2022) Algorithm 1; ``"offline"`` — the
             one-sided test on the "out" fit only, log P[Z ≤ φ] for Z ~ N(μ_out, σ_out²)
-            (their §VI-C, eq. for the offline attack; the log keeps the far tail ordered).
+            (their offline attack; the log keeps the far tail ordered).
         variance: ``"per-example"`` σ per row, or ``"global"`` one σ for all rows (pooled
             within-row deviations), per hypothesis.
 
@@ -127,13 +128,14 @@ class LiraAttack(MembershipAttack):
         num_reference_models: K ≥ 2 (online needs both halves non-empty).
         variant: ``"online"`` (likelihood ratio) or ``"offline"`` (out fit only).
         variance: ``"per-example"``, ``"global"`` or ``"auto"`` (per-example from 64
-            reference models on, global below; Carlini et al. 2022 §VI-A).
+            reference models on, global below, following Carlini et al. 2022).
         include_population: also put the population rows into the reference pool.
 
     References:
         Carlini, Chien, Nasr, Song, Terzis, Tramèr (2022), "Membership Inference Attacks
-        From First Principles", IEEE S&P, Algorithm 1 (online LiRA), §IV-C (logit
-        scaling), §VI-A (global variance), §VI-C (offline LiRA).
+        From First Principles", IEEE S&P, Algorithm 1 (online LiRA, and the offline
+        variant that fits only the "out" Gaussian), the logit scaling of the confidence, and
+        the fixed (global) variance for few shadow models.
     """
 
     name: ClassVar[str] = "lira"

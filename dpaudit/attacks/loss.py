@@ -26,8 +26,8 @@ class LossAttack(MembershipAttack):
 
     References:
         Yeom, Giacomelli, Fredrikson, Jha (2018), "Privacy Risk in Machine Learning:
-        Analyzing the Connection to Overfitting", IEEE CSF, §3.2 (the threshold adversary,
-        its advantage bounded by the generalisation gap).
+        Analyzing the Connection to Overfitting", IEEE CSF (the membership adversary that thresholds
+        the loss; its advantage is tied to the generalisation gap).
     """
 
     name: ClassVar[str] = "loss"

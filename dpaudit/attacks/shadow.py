@@ -38,7 +38,7 @@ def attack_features(
     ``"sorted-probabilities"`` is Shokri et al.'s label-free prediction vector sorted in
     decreasing order (as log-probabilities, which separate confident predictions that
     plain probabilities round to 1). ``"probabilities+label"`` keeps the class order,
-    adds the logit-scaled confidence of the true label (Carlini et al. 2022, §IV-C), and —
+    adds the logit-scaled confidence of the true label (Carlini et al. 2022), and —
     with one attack classifier per class — conditions on the label as Shokri et al. do.
     """
     logp = np.maximum(log_softmax(logits), _LOG_FLOOR)
@@ -84,8 +84,8 @@ class ShadowAttack(MembershipAttack):
 
     References:
         Shokri, Stronati, Song, Shmatikov (2017), "Membership Inference Attacks Against
-        Machine Learning Models", IEEE S&P, §V (shadow models, Fig. 2; one attack model per
-        output class, Fig. 3).
+        Machine Learning Models", IEEE S&P (shadow models trained like the target on
+        disjoint data; one attack model per output class).
     """
 
     name: ClassVar[str] = "shadow"
