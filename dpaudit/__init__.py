@@ -19,33 +19,49 @@ from dpaudit.bounds import (
     one_run_epsilon_lower_bound,
 )
 from dpaudit.config import AuditConfig, load_config
+from dpaudit.data import Dataset, load_dataset, split_dataset
 from dpaudit.errors import ConfigError, DataError, DpauditError, InsufficientTrialsError
+from dpaudit.membership import (
+    AttributeAuditResult,
+    MembershipAuditResult,
+    audit_attribute,
+    audit_membership,
+    prepare_target,
+)
 from dpaudit.results import AuditResult
 from dpaudit.stats import ConfidenceInterval, clopper_pearson
 from dpaudit.tradeoff import MembershipMetrics, TradeoffCurve, membership_metrics
 
 __all__ = [
+    "AttributeAuditResult",
     "AuditConfig",
     "AuditResult",
     "ConfidenceInterval",
     "ConfigError",
     "DataError",
+    "Dataset",
     "DpauditError",
     "EpsilonBound",
     "InsufficientTrialsError",
+    "MembershipAuditResult",
     "MembershipMetrics",
     "MuBound",
     "TradeoffCurve",
     "__version__",
     "accounting",
+    "audit_attribute",
+    "audit_membership",
     "clopper_pearson",
     "epsilon_from_counts",
     "epsilon_lower_bound",
     "load_config",
+    "load_dataset",
     "membership_metrics",
     "mu_from_counts",
     "mu_lower_bound",
     "one_run_epsilon_lower_bound",
+    "prepare_target",
     "run_audit",
+    "split_dataset",
     "theory",
 ]
