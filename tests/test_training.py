@@ -95,6 +95,8 @@ def test_each_member_is_included_at_rate_q(sampled):
     membership, recorder, result = sampled
     q, steps = 0.1, 100
     assert all(r.sampling_rate == q and r.steps == steps for r in result.records)
+    # The records state what ran: every model made exactly `steps` observed steps.
+    assert all(len(recorder.rows[k]) == steps for k in range(20))
     pairs = int(membership.sum())
     # Bonferroni over all (model, member) pairs: each two-sided Clopper–Pearson interval
     # at 1 − 0.001 / pairs, so that all hold jointly with probability ≥ 0.999.
