@@ -28,9 +28,11 @@ from dpaudit.membership import (
     audit_membership,
     prepare_target,
 )
+from dpaudit.models import ModelSpec, ModelStack
 from dpaudit.results import AuditResult
 from dpaudit.stats import ConfidenceInterval, clopper_pearson
 from dpaudit.tradeoff import MembershipMetrics, TradeoffCurve, membership_metrics
+from dpaudit.training import DPConfig, TrainingSpec, TrainResult, train_many
 
 __all__ = [
     "AttributeAuditResult",
@@ -38,6 +40,7 @@ __all__ = [
     "AuditResult",
     "ConfidenceInterval",
     "ConfigError",
+    "DPConfig",
     "DataError",
     "Dataset",
     "DpauditError",
@@ -45,8 +48,12 @@ __all__ = [
     "InsufficientTrialsError",
     "MembershipAuditResult",
     "MembershipMetrics",
+    "ModelSpec",
+    "ModelStack",
     "MuBound",
     "TradeoffCurve",
+    "TrainResult",
+    "TrainingSpec",
     "__version__",
     "accounting",
     "audit_attribute",
@@ -64,4 +71,5 @@ __all__ = [
     "run_audit",
     "split_dataset",
     "theory",
+    "train_many",
 ]
