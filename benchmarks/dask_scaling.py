@@ -64,9 +64,9 @@ def train_unit(config: dict, unit: str) -> dict[str, np.ndarray]:
 
 def main() -> None:
     import torch
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
-    from dpaudit.executors import run_units
+    from dpaudit.executors import local_cluster, run_units
     from dpaudit.store import RunStore
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -93,13 +93,7 @@ def main() -> None:
         for w in args.workers:
             t0 = time.perf_counter()
             with (
-                LocalCluster(
-                    n_workers=w,
-                    threads_per_worker=1,
-                    processes=True,
-                    host="127.0.0.1",
-                    dashboard_address=None,
-                ) as cluster,
+                local_cluster(w) as cluster,
                 Client(cluster) as client,
             ):
                 client.run(lambda: __import__("dpaudit.training"))  # warm the imports

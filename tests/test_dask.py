@@ -53,14 +53,10 @@ unit_size = 1000
 
 @pytest.fixture(scope="module")
 def cluster():
-    distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-    ) as c:
+    pytest.importorskip("distributed")
+    from dpaudit.executors import local_cluster
+
+    with local_cluster(2) as c:
         yield c
 
 
