@@ -368,7 +368,7 @@ def run_membership(config: AuditConfig, store: RunStore, progress: Progress | No
         upper = r["accountant_epsilon"]
         for o in r["outcomes"]:
             scores = np.asarray(o["scores"], dtype=float)
-            label = f"{o['attack']} attack on the {variant} target"
+            label = f"{o['attack']} on the {variant} target"
             summary = score_summary(
                 f"{variant}-{o['attack']}",
                 label,

@@ -77,8 +77,11 @@ def _progress(quiet: bool) -> Iterator[object | None]:
 
 def _summary(result: AuditResult) -> None:
     table = Table(title=f"dpaudit: {result.name}", title_justify="left")
-    for col in ("test", "bound", "lower", "upper", "tightness", "validity"):
-        table.add_column(col, justify="right" if col in ("lower", "upper", "tightness") else "left")
+    table.add_column("test", ratio=1, overflow="fold")
+    table.add_column("bound", no_wrap=True)
+    for col in ("lower", "upper", "tightness"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("validity", no_wrap=True)
     shown = [
         c for c in result.comparisons if c.in_verdict or c.lower.validity.startswith("rigorous")
     ]
@@ -87,10 +90,11 @@ def _summary(result: AuditResult) -> None:
         upper = "-" if c.upper is None else f"{c.upper:.4g}"
         tight = "-" if c.tightness is None else f"{c.tightness:.3f}"
         name = ("ε" if c.parameter == "epsilon" else "μ") + (
-            f" (δ={c.lower.delta:g})" if c.parameter == "epsilon" else ""
+            f" δ={c.lower.delta:g}" if c.parameter == "epsilon" else ""
         )
         mark = " [bold red]VIOLATION[/]" if c.violation else ""
-        table.add_row(c.test, name, f"{c.lower.value:.4g}{mark}", upper, tight, c.lower.validity)
+        validity = c.lower.validity.replace("rigorous-", "rigorous, ")
+        table.add_row(c.test, name, f"{c.lower.value:.4g}{mark}", upper, tight, validity)
     console.print(table)
     if hidden:
         console.print(f"({hidden} informational bounds outside the verdict are in the report)")
