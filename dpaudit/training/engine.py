@@ -286,6 +286,38 @@ def _chunk_size(
 
 
 # -------------------------------------------------------------------------------- loop
+def _random_block(kc: int, num_parameters: int, n_max: int, dtype: torch.dtype) -> int:
+    """Steps per random-number block: up to 16, keeping a block's buffers under ~64 MiB."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    per_step = kc * (num_parameters * itemsize + n_max * 4)
+    return int(max(1, min(16, (64 * 2**20) // max(per_step, 1))))
+
+
+def _draw_block(
+    t: int,
+    block: int,
+    active_idx: np.ndarray,
+    chunk_steps: np.ndarray,
+    sizes: np.ndarray,
+    uniforms: torch.Tensor | None,
+    gens_sampling: list[torch.Generator],
+    noise: torch.Tensor | None,
+    gens_noise: list[torch.Generator] | None,
+) -> None:
+    """Fill the next block of Poisson uniforms and noise, one call per model and kind.
+
+    Model i draws min(block, steps left) steps' worth from each of its generators, so its
+    stream depends only on (seed, model, step), not on the chunk it is trained in.
+    """
+    for i in active_idx:
+        steps_i = int(min(block, int(chunk_steps[i]) - t))
+        if uniforms is not None:
+            n_i = int(sizes[i])
+            uniforms[i, :steps_i, :n_i] = torch.rand((steps_i, n_i), generator=gens_sampling[i])
+        if noise is not None:
+            torch.randn((steps_i, noise.shape[2]), generator=gens_noise[i], out=noise[i, :steps_i])
+
+
 def run_engine(
     backend: Any,
     theta0: torch.Tensor,
@@ -376,9 +408,17 @@ def run_engine(
                 i: derive_generator(seed, model_offset + local[i], PURPOSE_CANARY, device=device)
                 for i in canary_models
             }
-        uniforms = torch.ones((kc, n_max), dtype=torch.float32, device=device)
-        noise = (
-            torch.zeros((kc, num_parameters), dtype=dtype, device=device) if gens_noise else None
+        # Each model's Poisson uniforms and noise are drawn for a block of `block` steps in
+        # one call on its own generator (blocks start at multiples of `block`, whatever the
+        # chunk), which keeps results independent of chunking while making two calls per
+        # model per block instead of two per model per step: per-call overhead, not the
+        # random numbers themselves, dominated small models' steps.
+        block = _random_block(kc, num_parameters if gens_noise else 0, n_max, dtype)
+        uniforms_block = torch.ones((kc, block, n_max), dtype=torch.float32, device=device)
+        noise_block = (
+            torch.zeros((kc, block, num_parameters), dtype=dtype, device=device)
+            if gens_noise
+            else None
         )
         model_indices = torch.as_tensor(local + model_offset, device=device)
         x_full = y_full = None
@@ -391,14 +431,24 @@ def run_engine(
             all_active = bool(active_np.all())
             active_idx = np.flatnonzero(active_np)
             active = torch.as_tensor(active_np, device=device)
+            j = t % block
+            if j == 0:
+                _draw_block(
+                    t,
+                    block,
+                    active_idx,
+                    chunk_steps,
+                    sizes[local],
+                    uniforms_block if not training.full_batch else None,
+                    gens_sampling,
+                    noise_block,
+                    gens_noise,
+                )
             if training.full_batch:
                 rows_b, xb, yb = members, x_full, y_full
                 valid = member_valid if all_active else member_valid & active.unsqueeze(1)
             else:
-                for i in active_idx:
-                    n_i = int(sizes[local[i]])
-                    torch.rand(n_i, generator=gens_sampling[i], out=uniforms[i, :n_i])
-                selected = (uniforms < q_col) & member_valid
+                selected = (uniforms_block[:, j] < q_col) & member_valid
                 if not all_active:
                     selected &= active.unsqueeze(1)
                 counts = selected.sum(dim=1)
@@ -415,10 +465,9 @@ def run_engine(
                 xb = x[rows_b.reshape(-1)].view(kc, width, -1)
                 yb = y[rows_b.reshape(-1)].view(kc, width)
             total = backend.clipped_sum(theta, xb, yb, valid, clip)
-            if noise is not None:
-                for i in active_idx:
-                    torch.randn(num_parameters, generator=gens_noise[i], out=noise[i])
-                total.add_(noise, alpha=noise_std)
+            if noise_block is not None:
+                # inactive models' rows are ignored below (their update is masked out)
+                total.add_(noise_block[:, j], alpha=noise_std)
             canary_sampled = None
             if gradient_canary is not None:
                 canary_sampled = torch.zeros(kc, dtype=torch.bool, device=device)
