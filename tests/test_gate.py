@@ -1,0 +1,112 @@
+"""The release gate: every policy is a named check with value, limit and reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dpaudit.bounds import epsilon_from_counts, mu_from_counts
+from dpaudit.cli import app
+from dpaudit.config import GateSection
+from dpaudit.gate import evaluate_gate
+from dpaudit.results import Comparison
+
+
+def _test(label: str, auc: float, advantage: float, tprs: dict[float, float]) -> dict:
+    rows = [{"target_fpr": f, "tpr": t} for f, t in tprs.items()]
+    return {"label": label, "metrics": {"auc": auc, "advantage": advantage, "tpr_at_fpr": rows}}
+
+
+TESTS = [
+    _test("loss", 0.61, 0.12, {0.1: 0.2, 0.01: 0.03}),
+    _test("lira", 0.74, 0.30, {0.1: 0.35, 0.01: 0.14}),
+]
+# FP = FN = 0 of 1000 gives ε ≥ 5.601 (rigorous); FP 5, FN 50 gives ε ≥ 4.387
+STRONG = epsilon_from_counts(0, 1000, 0, 1000, delta=1e-5)
+HEURISTIC = epsilon_from_counts(0, 1000, 0, 1000, delta=1e-5, validity="heuristic")
+
+
+def _check(gate: GateSection, comparisons=(), tests=TESTS, attribute=()):
+    checks = evaluate_gate(gate, comparisons=comparisons, tests=tests, attribute=attribute)
+    return {c.name: c for c in checks}
+
+
+def test_violation_needs_a_rigorous_bound_above_its_upper_bound() -> None:
+    above = Comparison("t", "epsilon", STRONG, 5.0, "claimed ε", True)
+    below = Comparison("t", "epsilon", STRONG, 6.0, "claimed ε", True)
+    heuristic = Comparison("t", "epsilon", HEURISTIC, 5.0, "claimed ε", True)
+    outside = Comparison("t", "epsilon", STRONG, 5.0, "claimed ε", False)
+    gate = GateSection()
+    failed = _check(gate, [above])["fail_on_violation"]
+    assert not failed.passed
+    assert failed.value == pytest.approx(5.6006, abs=1e-4)
+    assert failed.limit == 5.0
+    assert "exceeds the claimed ε upper bound 5" in failed.message
+    for ok in ([below], [heuristic], [outside]):
+        assert _check(gate, ok)["fail_on_violation"].passed
+    assert "fail_on_violation" not in _check(GateSection(fail_on_violation=False), [above])
+
+
+def test_max_epsilon_lower_bound_counts_only_rigorous_epsilon_bounds() -> None:
+    mu = mu_from_counts(0, 1000, 0, 1000)  # a large μ must not count as ε
+    comps = [
+        Comparison(
+            "a", "epsilon", epsilon_from_counts(5, 1000, 50, 1000, delta=1e-5), None, "none", False
+        ),
+        Comparison("b", "epsilon", HEURISTIC, None, "none", False),
+        Comparison("c", "mu", mu, None, "none", False),
+    ]
+    check = _check(GateSection(max_epsilon_lower_bound=4.0), comps)["max_epsilon_lower_bound"]
+    assert check.value == pytest.approx(4.3866, abs=1e-4)
+    assert not check.passed
+    assert _check(GateSection(max_epsilon_lower_bound=4.5), comps)["max_epsilon_lower_bound"].passed
+
+
+@pytest.mark.parametrize(
+    ("gate", "name", "value", "passed"),
+    [
+        (GateSection(max_auc=0.7), "max_auc", 0.74, False),
+        (GateSection(max_auc=0.75), "max_auc", 0.74, True),
+        (GateSection(max_advantage=0.25), "max_advantage", 0.30, False),
+        (GateSection(max_tpr_at_fpr=[(0.01, 0.1)]), "max_tpr_at_fpr[0.01]", 0.14, False),
+        (GateSection(max_tpr_at_fpr=[(0.1, 0.4)]), "max_tpr_at_fpr[0.1]", 0.35, True),
+    ],
+)
+def test_metric_limits_take_the_worst_test(gate, name, value, passed) -> None:
+    check = _check(gate)[name]
+    assert check.value == pytest.approx(value)
+    assert check.passed is passed
+    assert "(lira)" in check.message  # names the test that set the value
+
+
+def test_attribute_advantage_and_missing_metrics() -> None:
+    attribute = [{"label": "plain", "advantage": 0.08}, {"label": "dp", "advantage": -0.02}]
+    check = _check(GateSection(max_attribute_advantage=0.05), attribute=attribute)
+    assert not check["max_attribute_advantage"].passed
+    assert check["max_attribute_advantage"].value == pytest.approx(0.08)
+    # nothing measured: the check passes and says so instead of inventing a value
+    none = _check(GateSection(max_attribute_advantage=0.05), tests=[])["max_attribute_advantage"]
+    assert none.passed
+    assert none.value is None
+    assert "nothing to check" in none.message
+
+
+def test_gate_fails_a_run_end_to_end(tmp_path: Path) -> None:
+    # Laplace ε = 2 on 4,000 trials: its AUC is about 0.82, above a 0.6 limit.
+    audit = tmp_path / "a.toml"
+    audit.write_text(
+        '[audit]\nname = "gate"\nkinds = ["mechanism"]\n'
+        '[mechanism]\nname = "laplace"\nepsilon = 2.0\ntrials = 4000\n'
+        "[gate]\nmax_auc = 0.6\n"
+    )
+    junit = tmp_path / "j.xml"
+    result = CliRunner().invoke(
+        app, ["run", str(audit), "-q", "-o", str(tmp_path / "r"), "--junit", str(junit)]
+    )
+    assert result.exit_code == 1
+    assert result.stderr.startswith("FAIL max_auc: AUC 0.8")
+    xml = junit.read_text()
+    assert 'name="max_auc"' in xml
+    assert 'failures="1"' in xml
