@@ -687,8 +687,13 @@ def _pipeline(
         upper = _claim_upper(many, delta) if "claim" in many[0] else _records_upper(many, delta)
     # Every bound entering the verdict shares the failure budget 1 − c (Bonferroni, as
     # run_mechanism does): each is computed at 1 − (1 − c)/k, the verdict keeps level c.
-    k = (0 if upper is None else 1 + (upper.mu is not None)) + (one is not None)
-    c_each = 1.0 - (1.0 - c) / k
+    # An infinite claim (the plain trainer's ε = ∞) can never be violated: it is reported
+    # but kept out of the verdict, so it takes no share of the budget.
+    eps_in = upper is not None and math.isfinite(upper.epsilon)
+    mu_in = upper is not None and upper.mu is not None and math.isfinite(upper.mu)
+    one_in = one is not None  # held against the one run's own accountant ε
+    k = eps_in + mu_in + one_in
+    c_each = 1.0 - (1.0 - c) / max(k, 1)
 
     if upper is not None:
         scores = np.concatenate([p["scores"] for p in many])
@@ -706,7 +711,7 @@ def _pipeline(
             neg, pos, confidence_level=c_each, threshold=s.threshold, seed=cfg.seed
         )
         comparisons.append(
-            Comparison(label, "epsilon", eps_lb, upper.epsilon, f"{upper.source} ε", True)
+            Comparison(label, "epsilon", eps_lb, upper.epsilon, f"{upper.source} ε", eps_in)
         )
         comparisons.append(
             Comparison(
@@ -715,7 +720,7 @@ def _pipeline(
                 mu_lb,
                 upper.mu,
                 f"{upper.source} μ" if upper.mu is not None else "none",
-                upper.mu is not None,
+                mu_in,
             )
         )
         if mu_lb.value > 0 and upper.mu is not None and math.isfinite(upper.mu):
