@@ -284,7 +284,7 @@ def report_command(
     console.print(str(out), markup=False, soft_wrap=True)
 
 
-INIT_KINDS = ("mechanism", "membership", "attribute")
+INIT_KINDS = ("mechanism", "membership", "attribute", "dpsgd")
 
 
 @app.command("init")

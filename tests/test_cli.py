@@ -154,7 +154,7 @@ def test_shipped_audit_files_validate(name: str) -> None:
     assert runner.invoke(app, ["validate", str(AUDITS / f"{name}.toml")]).exit_code == 0
 
 
-@pytest.mark.parametrize("kind", ["mechanism", "membership", "attribute"])
+@pytest.mark.parametrize("kind", ["mechanism", "membership", "attribute", "dpsgd"])
 def test_init_writes_an_example_that_runs(kind: str, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # the run directory defaults to ./reports/<name>/
     result = runner.invoke(app, ["init", "--kind", kind, "-o", "audit.toml"])
@@ -176,4 +176,4 @@ def test_init_refuses_to_overwrite_and_unknown_kind(tmp_path: Path) -> None:
     assert target.read_text() == "keep me"
     bad = runner.invoke(app, ["init", "--kind", "telepathy", "-o", str(tmp_path / "x.toml")])
     assert bad.exit_code == 2
-    assert "--kind must be one of mechanism, membership, attribute" in bad.stderr
+    assert "--kind must be one of mechanism, membership, attribute, dpsgd" in bad.stderr
