@@ -25,7 +25,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from dpaudit import accounting, theory
 from dpaudit.bounds import (
     epsilon_lower_bound,
+    mu_from_rates,
     mu_lower_bound,
     one_run_epsilon_lower_bound,
 )
@@ -562,6 +563,9 @@ class _Upper:
     mu: float | None
     source: str
     detail: dict[str, Any]
+    # The μ bracket of a Poisson-subsampled Gaussian covers ε up to where δ = 1e-10;
+    # beyond, δ ≤ mu_tail, so the trade-off curve is only ≥ G_μ(α + t) − t.
+    mu_tail: float = 0.0
 
 
 @functools.lru_cache(maxsize=64)
@@ -573,8 +577,12 @@ def _poisson_epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
 
 
 @functools.lru_cache(maxsize=64)
-def _poisson_mu_high(sigma: float, q: float, steps: int) -> float:
-    return accounting.dpsgd_mu_bracket(noise_multiplier=sigma, sampling_rate=q, steps=steps)[1]
+@functools.lru_cache(maxsize=64)
+def _poisson_mu_high(sigma: float, q: float, steps: int) -> tuple[float, float]:
+    """(μ_high, tail δ) of the GDP measurement of the record's PLD profile."""
+    event = accounting.dpsgd_event(noise_multiplier=sigma, sampling_rate=q, steps=steps)
+    bracket = accounting.mu_bracket(event)
+    return bracket.high, bracket.tail_delta
 
 
 def _records_upper(
@@ -584,7 +592,7 @@ def _records_upper(
     for p in parts:
         for k in range(p["noise_multiplier"].size):
             rows.add(tuple(p[key][k].item() for key in _RECORD_KEYS))
-    eps, mus = [], []
+    eps, mus, tails = [], [], [0.0]
     records = []
     for sigma, q, steps, clip, full in sorted(rows):
         rec = DPSGDRecord(
@@ -604,11 +612,13 @@ def _records_upper(
         else:
             eps.append(_poisson_epsilon(sigma, q, int(steps), delta))
             if with_mu:
-                mus.append(_poisson_mu_high(sigma, q, int(steps)))
+                high, tail = _poisson_mu_high(sigma, q, int(steps))
+                mus.append(high)
+                tails.append(tail)
     # Models of the two arms may have run slightly different q (b / n_k with the canary a
     # member or not): the claim must hold for every one of them, so take the largest.
     mu = max(mus) if mus else None
-    return _Upper(max(eps), delta, mu, "accountant", {"records": records})
+    return _Upper(max(eps), delta, mu, "accountant", {"records": records}, max(tails))
 
 
 def _claim_upper(parts: list[dict[str, np.ndarray]], delta: float) -> _Upper:
@@ -710,6 +720,16 @@ def _pipeline(
         mu_lb = mu_lower_bound(
             neg, pos, confidence_level=c_each, threshold=s.threshold, seed=cfg.seed
         )
+        if upper.mu_tail > 0 and mu_lb.fpr is not None and mu_lb.fnr is not None:
+            # Against a bracket with tail δ t: f_A(α) ≥ G_high(α + t) − t (MuBracket), so a
+            # test with rates (α, β) proves μ_high ≥ Φ⁻¹(1 − (α + t)) − Φ⁻¹(β + t). The
+            # lower bound held against μ_high uses the upper limits inflated by t.
+            t = upper.mu_tail
+            mu_lb = replace(
+                mu_lb,
+                value=float(mu_from_rates(mu_lb.fpr.high + t, mu_lb.fnr.high + t)),
+                details={**mu_lb.details, "bracket_tail_delta": t},
+            )
         comparisons.append(
             Comparison(label, "epsilon", eps_lb, upper.epsilon, f"{upper.source} ε", eps_in)
         )

@@ -335,3 +335,22 @@ def test_records_of_the_engine_are_what_ran(tmp_path):
     assert unit["steps"].tolist() == [2 * (100 // 25)] * 4
     assert unit["noise_multiplier"].tolist() == [0.8] * 4
     assert DPSGDRecord  # record type used by the trainers
+
+
+def test_mu_bound_against_a_bracket_with_a_tail_uses_inflated_rates(tmp_path, monkeypatch):
+    # The μ bracket of Poisson DP-SGD holds for ε up to where δ = 1e-10 and leaves a tail
+    # δ ≤ t beyond; the trade-off curve is then only ≥ G_high(α + t) − t. Force a large t
+    # to see the correction: the μ lower bound must come from FPR_hi + t and FNR_hi + t.
+    from dpaudit import canary_audit
+    from dpaudit.bounds import mu_from_rates
+
+    canary_audit._poisson_mu_high.cache_clear()
+    monkeypatch.setattr(canary_audit, "_poisson_mu_high", lambda sigma, q, steps: (1.5, 0.05))
+    out = _run(DPSGD_WHITE, tmp_path, trials=200)
+    mu = next(c for c in out.comparisons if c.parameter == "mu")
+    assert mu.upper == 1.5
+    assert mu.lower.details["bracket_tail_delta"] == 0.05
+    assert mu.lower.value == pytest.approx(
+        float(mu_from_rates(mu.lower.fpr.high + 0.05, mu.lower.fnr.high + 0.05))
+    )
+    assert mu.lower.value < float(mu_from_rates(mu.lower.fpr.high, mu.lower.fnr.high))
