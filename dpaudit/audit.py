@@ -37,7 +37,13 @@ from dpaudit.mechanisms import (
     theoretical_claim,
     user_mechanism,
 )
-from dpaudit.results import AuditResult, Comparison, score_summary, theory_curves
+from dpaudit.results import (
+    AuditResult,
+    Comparison,
+    gdp_implied_comparison,
+    score_summary,
+    theory_curves,
+)
 from dpaudit.store import RunStore, atomic_write_json
 
 #: Progress callback: (description, total units, units just finished).
@@ -188,16 +194,8 @@ def run_mechanism(config: AuditConfig, store: RunStore, progress: Progress | Non
     if mu_lb.value > 0 and claim.mu is not None:
         # Informational, outside the verdict: the ε that μ_LB implies IF the trade-off
         # curve is Gaussian-shaped ("assumes-gdp"), shown only against a GDP claim.
-        d = config.audit.delta
         comparisons.append(
-            Comparison(
-                label,
-                "epsilon",
-                mu_lb.epsilon(d),
-                theory.gdp_epsilon(claim.mu, d),
-                f"{source} μ ⇒ ε",
-                False,
-            )
+            gdp_implied_comparison(label, mu_lb, claim.mu, delta=config.audit.delta, source=source)
         )
     summary = score_summary(
         "mechanism", label, neg, pos, confidence_level=c, hypotheses=("D", "D'")

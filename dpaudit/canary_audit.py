@@ -45,7 +45,7 @@ from dpaudit.executors import UnitStats, run_units
 from dpaudit.mechanisms import Claim
 from dpaudit.models import ModelSpec, layer_shapes
 from dpaudit.records import DPSGDRecord
-from dpaudit.results import Comparison, score_summary, theory_curves
+from dpaudit.results import Comparison, gdp_implied_comparison, score_summary, theory_curves
 from dpaudit.store import RunStore
 from dpaudit.trainers import (
     TRAINERS,
@@ -747,14 +747,7 @@ def _pipeline(
             # Informational: the ε that μ_LB implies IF the trade-off curve is Gaussian
             # ("assumes-gdp"); the white-box Dirac score of DP-GD is exactly Gaussian.
             comparisons.append(
-                Comparison(
-                    label,
-                    "epsilon",
-                    mu_lb.epsilon(delta),
-                    theory.gdp_epsilon(upper.mu, delta),
-                    f"{upper.source} μ ⇒ ε",
-                    False,
-                )
+                gdp_implied_comparison(label, mu_lb, upper.mu, delta=delta, source=upper.source)
             )
         summary = score_summary(
             "dpsgd", label, neg, pos, confidence_level=c, hypotheses=("canary out", "canary in")

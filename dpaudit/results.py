@@ -141,6 +141,26 @@ class AuditResult:
         return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
 
 
+def gdp_implied_comparison(
+    test: str, mu_lower: MuBound, mu_upper: float, *, delta: float, source: str
+) -> Comparison:
+    """The ε at δ that a μ lower bound implies, held against the ε of the μ upper bound.
+
+    Informational and outside the verdict ("assumes-gdp"): valid only if the audited
+    trade-off curve is Gaussian-shaped.
+    """
+    from dpaudit import theory
+
+    return Comparison(
+        test,
+        "epsilon",
+        mu_lower.epsilon(delta),
+        theory.gdp_epsilon(mu_upper, delta),
+        f"{source} μ ⇒ ε",
+        False,
+    )
+
+
 def score_summary(
     test_id: str,
     label: str,
