@@ -1,4 +1,10 @@
-"""Every shipped audit file runs as written, with the exit code it documents."""
+"""Every shipped audit file runs as written, with the exit code it documents.
+
+Golden values: ``tests/golden/<audit>.json`` holds every bound of every shipped audit as
+computed before the kinds redesign (``scripts/make_golden.py`` on commit 7e2df1e). The
+redesign moved code, not math, so the same audit file must give the same bound values,
+levels and upper bounds to the last bit (a relative 1e-12 absorbs nothing but printing).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,24 @@ from dpaudit.cli import app
 from dpaudit.schemas import validate_results
 
 AUDITS = Path(__file__).resolve().parent.parent / "audits"
+GOLDEN = Path(__file__).resolve().parent / "golden"
 EXPECTED_EXIT = {"laplace-violation": 1}  # a planted false claim; every other example passes
+KEYS = ("test", "parameter", "validity", "value", "confidence_level", "upper", "in_verdict")
+
+
+def _golden_rows(results: dict) -> list[dict]:
+    return [
+        {
+            "test": b["test"],
+            "parameter": b["parameter"],
+            "validity": b["lower"]["validity"],
+            "value": b["lower"]["value"],
+            "confidence_level": b["lower"]["confidence_level"],
+            "upper": b["upper"],
+            "in_verdict": b["in_verdict"],
+        }
+        for b in results["bounds"]
+    ]
 
 
 @pytest.mark.parametrize("audit", sorted(p.stem for p in AUDITS.glob("*.toml")))
@@ -27,4 +50,16 @@ def test_shipped_audit_runs(audit: str, tmp_path: Path) -> None:
     validate_results(data)
     assert (run_dir / "report.html").is_file()
     assert data["name"] == audit
+    golden = json.loads((GOLDEN / f"{audit}.json").read_text())
+    got = _golden_rows(data)
+    assert [(r["test"], r["parameter"]) for r in got] == [
+        (r["test"], r["parameter"]) for r in golden["bounds"]
+    ]
+    for row, want in zip(got, golden["bounds"], strict=True):
+        for key in KEYS:
+            if isinstance(want[key], float):
+                assert row[key] == pytest.approx(want[key], rel=1e-12, abs=1e-15), (row, key)
+            else:
+                assert row[key] == want[key], (row, key)
+    assert data["verdict"] == golden["verdict"]
     shutil.rmtree(run_dir)
