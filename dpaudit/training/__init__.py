@@ -10,6 +10,7 @@ from __future__ import annotations
 from dpaudit.training.engine import LinearStackBackend, train_many
 from dpaudit.training.generic import FunctionalBackend, init_module_stack, train_many_module
 from dpaudit.training.specs import (
+    CoordinateCanaries,
     DPConfig,
     GradientCanary,
     StepInfo,
@@ -18,6 +19,7 @@ from dpaudit.training.specs import (
 )
 
 __all__ = [
+    "CoordinateCanaries",
     "DPConfig",
     "FunctionalBackend",
     "GradientCanary",

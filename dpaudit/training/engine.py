@@ -12,7 +12,13 @@ Randomness: model ``k`` (global index ``model_offset + k``) owns independent str
 for its initialisation, its Poisson samples, its noise and its canary coins, derived
 from ``(seed, model index, purpose)`` (:func:`dpaudit.models.derive_generator`). A
 model's result therefore does not depend on the other models, on the chunk size, or on
-the work unit it was trained in.
+the work unit it was trained in. (The coins of
+:class:`~dpaudit.training.CoordinateCanaries`, for a single model, come from their own
+seed.)
+
+One step of a chunk is: draw the block's randomness (:func:`_draw_block`), sample the
+batch (:func:`_sample_batch`), privatise (:func:`_privatise`: clipped sum, noise,
+canaries, division), observe, update (:func:`_update`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -36,9 +43,15 @@ from dpaudit.models import (
     layer_shapes,
 )
 from dpaudit.records import DPSGDRecord
-from dpaudit.training.specs import GradientCanary, StepInfo, TrainingSpec, TrainResult
+from dpaudit.training.specs import (
+    CoordinateCanaries,
+    GradientCanary,
+    StepInfo,
+    TrainingSpec,
+    TrainResult,
+)
 
-__all__ = ["LinearStackBackend", "train_many"]
+__all__ = ["EngineRun", "LinearStackBackend", "run_engine", "train_many"]
 
 # Opacus 1.6 (optimizers/optimizer.py, DPOptimizer.clip_and_accumulate) clips with the
 # factor min(1, C / (‖g‖ + 1e-6)); the same constant keeps parity with the oracle.
@@ -314,38 +327,59 @@ def _draw_block(
         if uniforms is not None:
             n_i = int(sizes[i])
             uniforms[i, :steps_i, :n_i] = torch.rand((steps_i, n_i), generator=gens_sampling[i])
-        if noise is not None:
+        if noise is not None and gens_noise is not None:
             torch.randn((steps_i, noise.shape[2]), generator=gens_noise[i], out=noise[i, :steps_i])
 
 
-def run_engine(
+# ---------------------------------------------------------------------------- the plan
+@dataclass(frozen=True)
+class _RunPlan:
+    """What every chunk of a run shares: each model's sampling plan and the mechanism.
+
+    Attributes:
+        sizes: ``(K,)`` members n_k of each model.
+        rates: ``(K,)`` sampling rates q_k.
+        steps: ``(K,)`` step counts T_k.
+        expected: ``(K,)`` expected batch sizes q_k·n_k, the divisor of the noisy sum.
+        chunk: models trained as one batched computation.
+        noise_std: σ·C, or 0 for plain SGD and σ = 0.
+        clip: C, or ``None`` for plain SGD.
+        canary_direction: the gradient canary's unit direction ``(P,)``, or ``None``.
+        canary_included: ``(K,)`` whether each model holds the gradient canary, or ``None``.
+    """
+
+    sizes: np.ndarray
+    rates: np.ndarray
+    steps: np.ndarray
+    expected: np.ndarray
+    chunk: int
+    noise_std: float
+    clip: float | None
+    canary_direction: torch.Tensor | None
+    canary_included: np.ndarray | None
+
+
+def _plan_run(
     backend: Any,
     theta0: torch.Tensor,
-    x: torch.Tensor,
-    y: torch.Tensor,
     membership: np.ndarray,
     *,
     training: TrainingSpec,
-    seed: int,
-    model_offset: int = 0,
-    memory_budget_bytes: int = 2**30,
-    progress: Callable[[int, int], None] | None = None,
-    step_observer: Callable[[StepInfo], None] | None = None,
-    gradient_canary: GradientCanary | None = None,
-) -> tuple[torch.Tensor, tuple[DPSGDRecord | None, ...]]:
-    """Train the ``K`` models whose initial flat parameters are ``theta0`` (K, P).
-
-    Returns the trained ``(K, P)`` parameters and one record per model.
-    """
+    memory_budget_bytes: int,
+    gradient_canary: GradientCanary | None,
+) -> _RunPlan:
+    """Check the run's arguments against each other and fix what every step will use."""
     num_models, num_parameters = theta0.shape
-    device, dtype = theta0.device, theta0.dtype
     dp = training.dp
     sizes = membership.sum(axis=1).astype(np.int64)
     rates, steps, expected = _sampling_plan(sizes, training)
+    canary_direction = canary_included = None
     if gradient_canary is not None:
         if dp is None:
             raise ConfigError("A gradient canary needs DP-SGD: the 'dp' parameter is None.")
-        canary_direction = gradient_canary.direction_tensor(dtype=dtype, device=device)
+        canary_direction = gradient_canary.direction_tensor(
+            dtype=theta0.dtype, device=theta0.device
+        )
         if canary_direction.numel() != num_parameters:
             raise ConfigError(
                 f"The canary 'direction' must have {num_parameters} entries (one per "
@@ -370,163 +404,487 @@ def run_engine(
         itemsize=theta0.element_size(),
         momentum=training.momentum > 0,
     )
-    theta_out = torch.empty_like(theta0)
-    noise_std = dp.noise_multiplier * dp.clipping_norm if dp is not None else 0.0
-    clip = dp.clipping_norm if dp is not None else None
-    for start in range(0, num_models, chunk):
-        stop = min(num_models, start + chunk)
-        kc = stop - start
-        local = np.arange(start, stop)
-        theta = theta0[start:stop].clone()
-        momentum_buf = torch.zeros_like(theta) if training.momentum > 0 else None
-        # Each model's members, padded to the chunk's largest membership.
-        n_max = int(sizes[local].max())
-        members = torch.zeros((kc, n_max), dtype=torch.int64, device=device)
-        member_valid = torch.zeros((kc, n_max), dtype=torch.bool, device=device)
-        for i, k in enumerate(local):
-            rows = np.flatnonzero(membership[k])
-            members[i, : rows.size] = torch.as_tensor(rows, device=device)
-            member_valid[i, : rows.size] = True
-        # Float32 uniforms compared with a float32 q (as Opacus' sampler does): the executed
-        # inclusion probability is q rounded up to the 2^-24 grid, within 6e-8 of the
-        # recorded q, which moves ε by far less than any accountant's own tolerance.
-        q_col = torch.as_tensor(rates[local], dtype=torch.float32, device=device).unsqueeze(1)
-        denominators = torch.as_tensor(expected[local], dtype=dtype, device=device).unsqueeze(1)
-        chunk_steps = steps[local]
-        gens_sampling = [
-            derive_generator(seed, model_offset + k, PURPOSE_SAMPLING, device=device) for k in local
-        ]
-        gens_noise = (
-            [derive_generator(seed, model_offset + k, PURPOSE_NOISE, device=device) for k in local]
-            if noise_std > 0
-            else None
+    return _RunPlan(
+        sizes=sizes,
+        rates=rates,
+        steps=steps,
+        expected=expected,
+        chunk=chunk,
+        noise_std=dp.noise_multiplier * dp.clipping_norm if dp is not None else 0.0,
+        clip=dp.clipping_norm if dp is not None else None,
+        canary_direction=canary_direction,
+        canary_included=canary_included,
+    )
+
+
+class _CoordinateCanaryRun:
+    """The running state of :class:`~dpaudit.training.CoordinateCanaries` in one run.
+
+    Holds the canaries' coin stream, the bump C / (q·n) a sampled canary adds to its
+    coordinate of the privatised gradient, and the running sums the auditor scores.
+    The class docstring of ``CoordinateCanaries`` says why the bump has that size.
+    """
+
+    def __init__(
+        self,
+        canaries: CoordinateCanaries,
+        *,
+        num_parameters: int,
+        clip: float,
+        rate: float,
+        expected: float,
+        full_batch: bool,
+        device: Any,
+    ) -> None:
+        self.indices = canaries.indices_tensor(num_parameters, device=device)
+        self.included = canaries.included
+        self.rate = rate
+        # A canary's clipped gradient C·e_j enters the sum that is divided by q·n, so
+        # after the division it moves coordinate j by C / (q·n).
+        self.add = clip / expected
+        self.full_batch = full_batch
+        self.rng = np.random.default_rng([canaries.seed, 9])
+        self.sums = np.zeros(self.included.size)
+
+    def add_to(self, gradient: torch.Tensor) -> None:
+        """Add the sampled, included canaries to model 0's privatised ``gradient`` in
+        place, then add its canary coordinates to the running sums."""
+        m = self.included.size
+        # Each canary's per-step Poisson coin at the model's rate q, as for a member.
+        coins = np.ones(m, dtype=bool) if self.full_batch else self.rng.random(m) < self.rate
+        bump = torch.as_tensor(
+            (coins & self.included) * self.add, dtype=gradient.dtype, device=gradient.device
         )
-        canary_models: list[int] = []
-        if gradient_canary is not None:
-            canary_models = [i for i, k in enumerate(local) if canary_included[k]]
-            gens_canary = {
-                i: derive_generator(seed, model_offset + local[i], PURPOSE_CANARY, device=device)
-                for i in canary_models
-            }
-        # Each model's Poisson uniforms and noise are drawn for a block of `block` steps in
-        # one call on its own generator (blocks start at multiples of `block`, whatever the
-        # chunk), which keeps results independent of chunking while making two calls per
-        # model per block instead of two per model per step: per-call overhead, not the
-        # random numbers themselves, dominated small models' steps.
-        block = _random_block(kc, num_parameters if gens_noise else 0, n_max, dtype)
-        uniforms_block = torch.ones((kc, block, n_max), dtype=torch.float32, device=device)
-        noise_block = (
+        gradient[0, self.indices] += bump
+        self.sums += gradient[0, self.indices].double().cpu().numpy()
+
+
+def _start_coordinate_canaries(
+    canaries: CoordinateCanaries | None,
+    plan: _RunPlan,
+    *,
+    training: TrainingSpec,
+    num_parameters: int,
+    device: Any,
+) -> _CoordinateCanaryRun | None:
+    """Check that coordinate canaries fit this run (one model, DP on) and start them."""
+    if canaries is None:
+        return None
+    if not isinstance(canaries, CoordinateCanaries):
+        raise ConfigError(
+            "The 'coordinate_canaries' parameter must be CoordinateCanaries or None. "
+            f"Got {canaries!r} instead."
+        )
+    if plan.clip is None:
+        raise ConfigError("Coordinate canaries need DP-SGD: the 'dp' parameter is None.")
+    if plan.sizes.size != 1:
+        # The one-run bound counts canaries of ONE run; their sums are of model 0 only.
+        raise ConfigError(
+            "Coordinate canaries audit one model: the 'membership' parameter must have "
+            f"exactly 1 row (K = 1). Got K = {plan.sizes.size} instead."
+        )
+    return _CoordinateCanaryRun(
+        canaries,
+        num_parameters=num_parameters,
+        clip=plan.clip,
+        rate=plan.rates[0],
+        expected=plan.expected[0],
+        full_batch=training.full_batch,
+        device=device,
+    )
+
+
+# ------------------------------------------------------------------------------- chunks
+@dataclass
+class _Chunk:
+    """One chunk of models in training: parameters, members, streams, random blocks.
+
+    ``theta`` is updated in place; ``momentum`` may be replaced by the update.
+    """
+
+    local: np.ndarray  # the chunk's models, as indices into the run's K models
+    theta: torch.Tensor  # (Kc, P)
+    momentum: torch.Tensor | None
+    members: torch.Tensor  # (Kc, n_max) row indices, padded
+    member_valid: torch.Tensor  # (Kc, n_max)
+    q_col: torch.Tensor  # (Kc, 1) float32 rates
+    denominators: torch.Tensor  # (Kc, 1) expected batch sizes
+    steps: np.ndarray  # (Kc,)
+    sizes: np.ndarray  # (Kc,)
+    model_indices: torch.Tensor  # (Kc,) global model indices
+    gens_sampling: list[torch.Generator]
+    gens_noise: list[torch.Generator] | None
+    gens_canary: dict[int, torch.Generator]  # chunk position -> stream, included models
+    block: int
+    uniforms: torch.Tensor  # (Kc, block, n_max)
+    noise: torch.Tensor | None  # (Kc, block, P)
+    full: tuple[torch.Tensor, torch.Tensor] | None  # every member's (x, y), full batch
+    arange_cache: dict[int, torch.Tensor]
+
+
+def _gather_members(
+    membership: np.ndarray, local: np.ndarray, n_max: int, device: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each model's member rows, padded to the chunk's largest membership ``n_max``."""
+    members = torch.zeros((local.size, n_max), dtype=torch.int64, device=device)
+    member_valid = torch.zeros((local.size, n_max), dtype=torch.bool, device=device)
+    for i, k in enumerate(local):
+        rows = np.flatnonzero(membership[k])
+        members[i, : rows.size] = torch.as_tensor(rows, device=device)
+        member_valid[i, : rows.size] = True
+    return members, member_valid
+
+
+def _chunk_streams(
+    plan: _RunPlan, local: np.ndarray, *, seed: int, model_offset: int, device: Any
+) -> tuple[list[torch.Generator], list[torch.Generator] | None, dict[int, torch.Generator]]:
+    """The chunk's models' sampling, noise and canary generators, each derived from
+    ``(seed, global model index, purpose)`` alone, so that chunking changes nothing."""
+    globals_ = [model_offset + int(k) for k in local]
+    sampling = [derive_generator(seed, g, PURPOSE_SAMPLING, device=device) for g in globals_]
+    noise = (
+        [derive_generator(seed, g, PURPOSE_NOISE, device=device) for g in globals_]
+        if plan.noise_std > 0
+        else None
+    )
+    canary: dict[int, torch.Generator] = {}
+    if plan.canary_included is not None:
+        canary = {
+            i: derive_generator(seed, globals_[i], PURPOSE_CANARY, device=device)
+            for i, k in enumerate(local)
+            if plan.canary_included[k]
+        }
+    return sampling, noise, canary
+
+
+def _plan_chunk(
+    plan: _RunPlan,
+    theta0: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    membership: np.ndarray,
+    start: int,
+    stop: int,
+    *,
+    training: TrainingSpec,
+    seed: int,
+    model_offset: int,
+) -> _Chunk:
+    """Gather the members of models ``start:stop`` and derive their random streams."""
+    local = np.arange(start, stop)
+    kc, num_parameters = local.size, theta0.shape[1]
+    device, dtype = theta0.device, theta0.dtype
+    theta = theta0[start:stop].clone()
+    n_max = int(plan.sizes[local].max())
+    members, member_valid = _gather_members(membership, local, n_max, device)
+    # Float32 uniforms compared with a float32 q (as Opacus' sampler does): the executed
+    # inclusion probability is q rounded up to the 2^-24 grid, within 6e-8 of the
+    # recorded q, which moves ε by far less than any accountant's own tolerance.
+    q_col = torch.as_tensor(plan.rates[local], dtype=torch.float32, device=device).unsqueeze(1)
+    gens_sampling, gens_noise, gens_canary = _chunk_streams(
+        plan, local, seed=seed, model_offset=model_offset, device=device
+    )
+    # Each model's Poisson uniforms and noise are drawn for a block of `block` steps in
+    # one call on its own generator (blocks start at multiples of `block`, whatever the
+    # chunk), which keeps results independent of chunking while making two calls per
+    # model per block instead of two per model per step: per-call overhead, not the
+    # random numbers themselves, dominated small models' steps.
+    block = _random_block(kc, num_parameters if gens_noise else 0, n_max, dtype)
+    full = None
+    if training.full_batch:
+        full = (x[members.view(-1)].view(kc, n_max, -1), y[members.view(-1)].view(kc, n_max))
+    return _Chunk(
+        local=local,
+        theta=theta,
+        momentum=torch.zeros_like(theta) if training.momentum > 0 else None,
+        members=members,
+        member_valid=member_valid,
+        q_col=q_col,
+        denominators=torch.as_tensor(plan.expected[local], dtype=dtype, device=device).unsqueeze(1),
+        steps=plan.steps[local],
+        sizes=plan.sizes[local],
+        model_indices=torch.as_tensor(local + model_offset, device=device),
+        gens_sampling=gens_sampling,
+        gens_noise=gens_noise,
+        gens_canary=gens_canary,
+        block=block,
+        uniforms=torch.ones((kc, block, n_max), dtype=torch.float32, device=device),
+        noise=(
             torch.zeros((kc, block, num_parameters), dtype=dtype, device=device)
             if gens_noise
             else None
+        ),
+        full=full,
+        arange_cache={},
+    )
+
+
+# -------------------------------------------------------------------------------- steps
+def _sample_batch(
+    chunk: _Chunk, x: torch.Tensor, y: torch.Tensor, j: int, active: torch.Tensor, all_active: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each model's batch of this step: ``(rows, xb, yb, valid)``, padded to a common width.
+
+    ``j`` is the step's position in the current random block; inactive models get an
+    empty batch.
+    """
+    if chunk.full is not None:
+        valid = chunk.member_valid if all_active else chunk.member_valid & active.unsqueeze(1)
+        return chunk.members, chunk.full[0], chunk.full[1], valid
+    kc, device = chunk.members.shape[0], chunk.members.device
+    selected = (chunk.uniforms[:, j] < chunk.q_col) & chunk.member_valid
+    if not all_active:
+        selected &= active.unsqueeze(1)
+    counts = selected.sum(dim=1)
+    width = max(int(counts.max()), 1)
+    # Compact each model's selected members to the front of a (Kc, width)
+    # matrix: selected entries go to their rank, the rest to a spill column.
+    position = torch.where(selected, selected.cumsum(dim=1) - 1, width)
+    rows = torch.zeros((kc, width + 1), dtype=torch.int64, device=device)
+    rows.scatter_(1, position, chunk.members)
+    rows = rows[:, :width]
+    if width not in chunk.arange_cache:
+        chunk.arange_cache[width] = torch.arange(width, device=device)
+    valid = chunk.arange_cache[width].unsqueeze(0) < counts.unsqueeze(1)
+    xb = x[rows.reshape(-1)].view(kc, width, -1)
+    yb = y[rows.reshape(-1)].view(kc, width)
+    return rows, xb, yb, valid
+
+
+def _add_gradient_canary(
+    total: torch.Tensor, chunk: _Chunk, plan: _RunPlan, active_np: np.ndarray, full_batch: bool
+) -> torch.Tensor | None:
+    """Add C·direction to the clipped sums of the included models whose coin comes up.
+
+    Returns which models got the canary, or ``None`` without a gradient canary. The
+    canary is summed before the division by q·n, as a clipped example gradient is.
+    """
+    if plan.canary_direction is None:
+        return None
+    sampled = torch.zeros(total.shape[0], dtype=torch.bool, device=total.device)
+    for i, generator in chunk.gens_canary.items():
+        if not active_np[i]:
+            continue
+        coin = torch.rand(1, generator=generator, device=total.device)
+        if full_batch or float(coin) < plan.rates[chunk.local[i]]:
+            sampled[i] = True
+            total[i].add_(plan.canary_direction, alpha=plan.clip)
+    return sampled
+
+
+def _privatise(
+    backend: Any,
+    chunk: _Chunk,
+    plan: _RunPlan,
+    batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    *,
+    j: int,
+    active_np: np.ndarray,
+    full_batch: bool,
+    coordinate: _CoordinateCanaryRun | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The privatised gradient (clipped sum + noise [+ canary]) / q·n of every model.
+
+    Coordinate canaries are then added to model 0's (see ``CoordinateCanaries``).
+    Returns the gradient with the gradient canary's per-model flags (``None`` without).
+
+    References:
+        Abadi et al. 2016, Algorithm 1 (clip, sum, add N(0, σ²C²), divide).
+    """
+    _, xb, yb, valid = batch
+    total = backend.clipped_sum(chunk.theta, xb, yb, valid, plan.clip)
+    if chunk.noise is not None:
+        # inactive models' rows are ignored below (their update is masked out)
+        total.add_(chunk.noise[:, j], alpha=plan.noise_std)
+    canary_sampled = _add_gradient_canary(total, chunk, plan, active_np, full_batch)
+    gradient = total.div_(chunk.denominators)
+    if coordinate is not None and active_np[0]:
+        # C / (q·n) each, after the division: the same number as C·e_j in the sum up to
+        # rounding, added where the one-run audit always added it (bit-identical scores).
+        coordinate.add_to(gradient)
+    return gradient, canary_sampled
+
+
+def _update(
+    chunk: _Chunk,
+    gradient: torch.Tensor,
+    active: torch.Tensor,
+    all_active: bool,
+    training: TrainingSpec,
+) -> None:
+    """Weight decay, momentum and the SGD step, for the active models only."""
+    theta = chunk.theta
+    if training.weight_decay > 0:
+        gradient = gradient.add(theta, alpha=training.weight_decay)
+    if chunk.momentum is not None:
+        if all_active:
+            chunk.momentum.mul_(training.momentum).add_(gradient)
+        else:
+            chunk.momentum = torch.where(
+                active.unsqueeze(1),
+                chunk.momentum * training.momentum + gradient,
+                chunk.momentum,
+            )
+        gradient = chunk.momentum
+    if all_active:
+        theta.add_(gradient, alpha=-training.learning_rate)
+    else:
+        theta.sub_(torch.where(active.unsqueeze(1), gradient, 0.0) * training.learning_rate)
+
+
+def _train_chunk(
+    backend: Any,
+    chunk: _Chunk,
+    plan: _RunPlan,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    training: TrainingSpec,
+    step_observer: Callable[[StepInfo], None] | None,
+    coordinate: _CoordinateCanaryRun | None,
+) -> None:
+    """Run the chunk's steps: draw randomness, sample, privatise, observe, update."""
+    device = chunk.theta.device
+    for t in range(int(chunk.steps.max())):
+        active_np = chunk.steps > t
+        all_active = bool(active_np.all())
+        active = torch.as_tensor(active_np, device=device)
+        j = t % chunk.block
+        if j == 0:
+            _draw_block(
+                t,
+                chunk.block,
+                np.flatnonzero(active_np),
+                chunk.steps,
+                chunk.sizes,
+                chunk.uniforms if not training.full_batch else None,
+                chunk.gens_sampling,
+                chunk.noise,
+                chunk.gens_noise,
+            )
+        batch = _sample_batch(chunk, x, y, j, active, all_active)
+        gradient, canary_sampled = _privatise(
+            backend,
+            chunk,
+            plan,
+            batch,
+            j=j,
+            active_np=active_np,
+            full_batch=training.full_batch,
+            coordinate=coordinate,
         )
-        model_indices = torch.as_tensor(local + model_offset, device=device)
-        x_full = y_full = None
-        if training.full_batch:
-            x_full = x[members.view(-1)].view(kc, n_max, -1)
-            y_full = y[members.view(-1)].view(kc, n_max)
-        arange_cache: dict[int, torch.Tensor] = {}
-        for t in range(int(chunk_steps.max())):
-            active_np = chunk_steps > t
-            all_active = bool(active_np.all())
-            active_idx = np.flatnonzero(active_np)
-            active = torch.as_tensor(active_np, device=device)
-            j = t % block
-            if j == 0:
-                _draw_block(
-                    t,
-                    block,
-                    active_idx,
-                    chunk_steps,
-                    sizes[local],
-                    uniforms_block if not training.full_batch else None,
-                    gens_sampling,
-                    noise_block,
-                    gens_noise,
+        if step_observer is not None:
+            step_observer(
+                StepInfo(
+                    step=t,
+                    model_indices=chunk.model_indices,
+                    active=active,
+                    batch_rows=batch[0],
+                    batch_valid=batch[3],
+                    gradients=gradient,
+                    parameters=chunk.theta,
+                    canary_sampled=canary_sampled,
                 )
-            if training.full_batch:
-                rows_b, xb, yb = members, x_full, y_full
-                valid = member_valid if all_active else member_valid & active.unsqueeze(1)
-            else:
-                selected = (uniforms_block[:, j] < q_col) & member_valid
-                if not all_active:
-                    selected &= active.unsqueeze(1)
-                counts = selected.sum(dim=1)
-                width = max(int(counts.max()), 1)
-                # Compact each model's selected members to the front of a (Kc, width)
-                # matrix: selected entries go to their rank, the rest to a spill column.
-                position = torch.where(selected, selected.cumsum(dim=1) - 1, width)
-                rows_b = torch.zeros((kc, width + 1), dtype=torch.int64, device=device)
-                rows_b.scatter_(1, position, members)
-                rows_b = rows_b[:, :width]
-                if width not in arange_cache:
-                    arange_cache[width] = torch.arange(width, device=device)
-                valid = arange_cache[width].unsqueeze(0) < counts.unsqueeze(1)
-                xb = x[rows_b.reshape(-1)].view(kc, width, -1)
-                yb = y[rows_b.reshape(-1)].view(kc, width)
-            total = backend.clipped_sum(theta, xb, yb, valid, clip)
-            if noise_block is not None:
-                # inactive models' rows are ignored below (their update is masked out)
-                total.add_(noise_block[:, j], alpha=noise_std)
-            canary_sampled = None
-            if gradient_canary is not None:
-                canary_sampled = torch.zeros(kc, dtype=torch.bool, device=device)
-                for i in canary_models:
-                    if not active_np[i]:
-                        continue
-                    coin = torch.rand(1, generator=gens_canary[i], device=device)
-                    if training.full_batch or float(coin) < rates[local[i]]:
-                        canary_sampled[i] = True
-                        total[i].add_(canary_direction, alpha=clip)
-            gradient = total.div_(denominators)
-            if step_observer is not None:
-                step_observer(
-                    StepInfo(
-                        step=t,
-                        model_indices=model_indices,
-                        active=active,
-                        batch_rows=rows_b,
-                        batch_valid=valid,
-                        gradients=gradient,
-                        parameters=theta,
-                        canary_sampled=canary_sampled,
-                    )
-                )
-            if training.weight_decay > 0:
-                gradient = gradient.add(theta, alpha=training.weight_decay)
-            if momentum_buf is not None:
-                if all_active:
-                    momentum_buf.mul_(training.momentum).add_(gradient)
-                else:
-                    momentum_buf = torch.where(
-                        active.unsqueeze(1),
-                        momentum_buf * training.momentum + gradient,
-                        momentum_buf,
-                    )
-                gradient = momentum_buf
-            if all_active:
-                theta.add_(gradient, alpha=-training.learning_rate)
-            else:
-                theta.sub_(torch.where(active.unsqueeze(1), gradient, 0.0) * training.learning_rate)
-        theta_out[start:stop] = theta
+            )
+        _update(chunk, gradient, active, all_active, training)
+
+
+def _records(plan: _RunPlan, training: TrainingSpec) -> tuple[DPSGDRecord | None, ...]:
+    """One record per model of the σ, q, steps and C executed (``None`` for plain SGD)."""
+    dp = training.dp
+    if dp is None:
+        return (None,) * plan.sizes.size
+    return tuple(
+        DPSGDRecord(
+            noise_multiplier=dp.noise_multiplier,
+            sampling_rate=float(plan.rates[k]),
+            steps=int(plan.steps[k]),
+            clipping_norm=dp.clipping_norm,
+            sampling="full-batch" if training.full_batch else "poisson",
+            dataset_size=int(plan.sizes[k]),
+        )
+        for k in range(plan.sizes.size)
+    )
+
+
+class EngineRun(NamedTuple):
+    """What :func:`run_engine` returns."""
+
+    parameters: torch.Tensor
+    """``(K, P)`` trained flat parameters."""
+    records: tuple[DPSGDRecord | None, ...]
+    """One record per model, ``None`` for plain SGD."""
+    canary_sums: np.ndarray | None
+    """The coordinate canaries' running sums, or ``None`` without them."""
+
+
+def run_engine(
+    backend: Any,
+    theta0: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    membership: np.ndarray,
+    *,
+    training: TrainingSpec,
+    seed: int,
+    model_offset: int = 0,
+    memory_budget_bytes: int = 2**30,
+    progress: Callable[[int, int], None] | None = None,
+    step_observer: Callable[[StepInfo], None] | None = None,
+    gradient_canary: GradientCanary | None = None,
+    coordinate_canaries: CoordinateCanaries | None = None,
+) -> EngineRun:
+    """Train the ``K`` models whose initial flat parameters are ``theta0`` (K, P).
+
+    Returns the trained ``(K, P)`` parameters, one record per model and, with
+    ``coordinate_canaries``, their running sums (see :func:`train_many`).
+    """
+    num_models, num_parameters = theta0.shape
+    plan = _plan_run(
+        backend,
+        theta0,
+        membership,
+        training=training,
+        memory_budget_bytes=memory_budget_bytes,
+        gradient_canary=gradient_canary,
+    )
+    coordinate = _start_coordinate_canaries(
+        coordinate_canaries,
+        plan,
+        training=training,
+        num_parameters=num_parameters,
+        device=theta0.device,
+    )
+    theta_out = torch.empty_like(theta0)
+    for start in range(0, num_models, plan.chunk):
+        stop = min(num_models, start + plan.chunk)
+        chunk = _plan_chunk(
+            plan,
+            theta0,
+            x,
+            y,
+            membership,
+            start,
+            stop,
+            training=training,
+            seed=seed,
+            model_offset=model_offset,
+        )
+        _train_chunk(
+            backend,
+            chunk,
+            plan,
+            x,
+            y,
+            training=training,
+            step_observer=step_observer,
+            coordinate=coordinate,
+        )
+        theta_out[start:stop] = chunk.theta
         if progress is not None:
             progress(stop, num_models)
-    records: tuple[DPSGDRecord | None, ...]
-    if dp is None:
-        records = (None,) * num_models
-    else:
-        records = tuple(
-            DPSGDRecord(
-                noise_multiplier=dp.noise_multiplier,
-                sampling_rate=float(rates[k]),
-                steps=int(steps[k]),
-                clipping_norm=dp.clipping_norm,
-                sampling="full-batch" if training.full_batch else "poisson",
-                dataset_size=int(sizes[k]),
-            )
-            for k in range(num_models)
-        )
-    return theta_out, records
+    sums = coordinate.sums if coordinate is not None else None
+    return EngineRun(theta_out, _records(plan, training), sums)
 
 
 def _check_common(training: Any, memory_budget_bytes: Any, model_offset: Any) -> None:
@@ -567,6 +925,7 @@ def train_many(
     model_offset: int = 0,
     step_observer: Callable[[StepInfo], None] | None = None,
     gradient_canary: GradientCanary | None = None,
+    coordinate_canaries: CoordinateCanaries | None = None,
 ) -> TrainResult:
     """Train K logistic-regression or MLP models at once, plain or with DP-SGD.
 
@@ -604,16 +963,23 @@ def train_many(
             :class:`~dpaudit.training.StepInfo` (batches, privatised gradients, parameters).
         gradient_canary: extension point for white-box canary audits, see
             :class:`~dpaudit.training.GradientCanary`.
+        coordinate_canaries: m Dirac canaries for a one-run white-box audit of ONE
+            model (K = 1, DP-SGD), see :class:`~dpaudit.training.CoordinateCanaries`;
+            each is an extra record whose clipped gradient C·e_j joins the sum before
+            the division by q·n. Their running sums come back in
+            :attr:`~dpaudit.training.TrainResult.canary_sums`.
 
     Returns:
-        The trained :class:`~dpaudit.models.ModelStack`, one
-        :class:`~dpaudit.records.DPSGDRecord` per model (``None`` for plain SGD) stating
-        the σ, q, number of steps and C actually executed, and the wall-clock time.
+        A :class:`~dpaudit.training.TrainResult`: the trained
+        :class:`~dpaudit.models.ModelStack`, one :class:`~dpaudit.records.DPSGDRecord`
+        per model (``None`` for plain SGD) stating the σ, q, number of steps and C
+        actually executed, the wall-clock time and, with ``coordinate_canaries``, the
+        canaries' sums.
 
     Raises:
         DataError: malformed ``X``, ``y`` or ``membership``, or a model without members.
-        ConfigError: a ``batch_size`` larger than some model's number of members, or a
-            canary without DP.
+        ConfigError: a ``batch_size`` larger than some model's number of members, a
+            canary without DP, or coordinate canaries with more than one model.
 
     References:
         Abadi et al. 2016, "Deep Learning with Differential Privacy", Algorithm 1;
@@ -638,7 +1004,7 @@ def train_many(
         model_offset=model_offset,
     )
     backend = LinearStackBackend(model, x.shape[1], classes)
-    theta, records = run_engine(
+    run = run_engine(
         backend,
         stack.flat_parameters(),
         x,
@@ -651,6 +1017,14 @@ def train_many(
         progress=progress,
         step_observer=step_observer,
         gradient_canary=gradient_canary,
+        coordinate_canaries=coordinate_canaries,
     )
-    models = ModelStack.from_flat(model, theta, num_features=x.shape[1], num_classes=classes)
-    return TrainResult(models=models, records=records, seconds=time.perf_counter() - started)
+    models = ModelStack.from_flat(
+        model, run.parameters, num_features=x.shape[1], num_classes=classes
+    )
+    return TrainResult(
+        models=models,
+        records=run.records,
+        seconds=time.perf_counter() - started,
+        canary_sums=run.canary_sums,
+    )

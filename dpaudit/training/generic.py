@@ -26,7 +26,13 @@ from torch.func import functional_call, grad, vmap
 from dpaudit.errors import ConfigError, DpauditError
 from dpaudit.models import PURPOSE_INIT, derive_generator
 from dpaudit.training.engine import CLIP_EPSILON, _check_common, _prepare_data, run_engine
-from dpaudit.training.specs import GradientCanary, StepInfo, TrainingSpec, TrainResult
+from dpaudit.training.specs import (
+    CoordinateCanaries,
+    GradientCanary,
+    StepInfo,
+    TrainingSpec,
+    TrainResult,
+)
 
 __all__ = ["FunctionalBackend", "init_module_stack", "train_many_module"]
 
@@ -133,6 +139,7 @@ def train_many_module(
     model_offset: int = 0,
     step_observer: Callable[[StepInfo], None] | None = None,
     gradient_canary: GradientCanary | None = None,
+    coordinate_canaries: CoordinateCanaries | None = None,
 ) -> TrainResult:
     """Train K copies of an arbitrary per-example ``torch.nn.Module`` at once.
 
@@ -159,10 +166,13 @@ def train_many_module(
         model_offset: global index of the first model.
         step_observer: see :func:`~dpaudit.training.train_many`.
         gradient_canary: see :class:`~dpaudit.training.GradientCanary`.
+        coordinate_canaries: see :class:`~dpaudit.training.CoordinateCanaries` (K = 1
+            and DP only); ``indices`` are in the order of the module's parameters.
 
     Returns:
         A :class:`~dpaudit.training.TrainResult` whose ``models`` is the dict of stacked
-        trained parameters under the module's parameter names.
+        trained parameters under the module's parameter names (and, with
+        ``coordinate_canaries``, whose ``canary_sums`` are their sums).
 
     References:
         Abadi et al. 2016, Algorithm 1; torch.func per-sample-gradients tutorial.
@@ -202,7 +212,7 @@ def train_many_module(
         theta0 = torch.cat(parts, dim=1)
         if theta0.shape[1] != backend.num_parameters:
             raise DpauditError("The 'initial_state' parameter has the wrong parameter shapes.")
-    theta, records = run_engine(
+    run = run_engine(
         backend,
         theta0,
         x,
@@ -215,6 +225,12 @@ def train_many_module(
         progress=progress,
         step_observer=step_observer,
         gradient_canary=gradient_canary,
+        coordinate_canaries=coordinate_canaries,
     )
-    state = {name: t.clone() for name, t in backend.split(theta).items()}
-    return TrainResult(models=state, records=records, seconds=time.perf_counter() - started)
+    state = {name: t.clone() for name, t in backend.split(run.parameters).items()}
+    return TrainResult(
+        models=state,
+        records=run.records,
+        seconds=time.perf_counter() - started,
+        canary_sums=run.canary_sums,
+    )

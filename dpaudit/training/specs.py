@@ -15,7 +15,14 @@ from dpaudit.records import DPSGDRecord
 if TYPE_CHECKING:
     from dpaudit.models import ModelStack
 
-__all__ = ["DPConfig", "GradientCanary", "StepInfo", "TrainResult", "TrainingSpec"]
+__all__ = [
+    "CoordinateCanaries",
+    "DPConfig",
+    "GradientCanary",
+    "StepInfo",
+    "TrainResult",
+    "TrainingSpec",
+]
 
 
 def _check_interval(name: str, value: Any, low: float, high: float, **kwargs: bool) -> float:
@@ -153,12 +160,94 @@ class GradientCanary:
         return inc
 
 
+@dataclass(frozen=True, eq=False)
+class CoordinateCanaries:
+    """m Dirac gradient canaries on ONE model, for a one-run white-box audit.
+
+    Canary j is an extra record whose clipped gradient is ``C · e_{indices[j]}``: norm
+    exactly C, the most a single record can move the clipped sum (Nasr et al. 2023, §3,
+    Dirac canaries). It is in the model's dataset iff ``included[j]``; an included canary
+    joins each step's batch by its own Poisson coin at the model's rate q (always, when
+    full batch), like any member, so it is one more record of Abadi et al.'s Algorithm 1:
+    not one of the model's n members, and it changes neither q nor the divisor q·n.
+    Because a record's clipped gradient enters the SUM before the division by the
+    expected batch size q·n, a sampled canary moves its coordinate of the privatised
+    gradient by C / (q·n). The engine adds exactly that, after the division (where the
+    one-run audit has always added it, so its scores stay bit for bit the same; it equals
+    adding ``C · e_j`` before the division up to floating-point rounding). The coins come
+    from numpy's ``default_rng([seed, 9])``, apart from the engine's torch streams, so the
+    canaries change neither the batches nor the noise. The auditor's view is the one of
+    white-box DP-SGD auditing: after every step the engine adds the privatised gradient at
+    ``indices`` to running sums (:attr:`TrainResult.canary_sums`), the scores that
+    Steinke, Nasr, Jagielski's guesser ranks.
+
+    Attributes:
+        indices: ``(m,)`` distinct flat parameter indices (the order of
+            :meth:`dpaudit.models.ModelStack.flat_parameters`), one per canary.
+        included: ``(m,)`` booleans, whether each canary is in the training set. The
+            one-run bound (Steinke, Nasr, Jagielski 2023, Thm. 3.1) holds only if these
+            are independent fair coins.
+        seed: seed of the canaries' per-step inclusion coins.
+
+    References:
+        Abadi et al. 2016, "Deep Learning with Differential Privacy", Algorithm 1 (clip,
+        sum, noise, divide); Nasr et al. 2023, "Tight Auditing of Differentially Private
+        Machine Learning", §3 (Dirac gradient canaries); Steinke, Nasr, Jagielski 2023,
+        "Privacy Auditing with One (1) Training Run", Algorithm 1 (m canaries, each
+        included by a fair coin, in one white-box DP-SGD run).
+    """
+
+    indices: Any
+    included: Any
+    seed: int
+
+    def __post_init__(self) -> None:
+        idx = np.asarray(self.indices)
+        if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
+            raise ConfigError(
+                "The 'indices' of coordinate canaries must be a non-empty 1-D array of "
+                f"integers. Got dtype {idx.dtype} and shape {idx.shape} instead."
+            )
+        if idx.min() < 0 or np.unique(idx).size != idx.size:
+            raise ConfigError(
+                "The 'indices' of coordinate canaries must be distinct integers >= 0 "
+                "(flat parameter indices)."
+            )
+        inc = np.asarray(self.included)
+        if inc.dtype != bool or inc.shape != idx.shape:
+            raise ConfigError(
+                f"The 'included' flags of coordinate canaries must be {idx.size} booleans, "
+                f"one per index. Got dtype {inc.dtype} and shape {inc.shape} instead."
+            )
+        seed = _check_int("seed", self.seed, 0)
+        object.__setattr__(self, "indices", idx.astype(np.int64))
+        object.__setattr__(self, "included", inc)
+        object.__setattr__(self, "seed", seed)
+
+    def indices_tensor(self, num_parameters: int, *, device: Any) -> torch.Tensor:
+        """The indices as a tensor on ``device``, checked against the model's size."""
+        if int(self.indices.max()) >= num_parameters:
+            raise ConfigError(
+                f"The 'indices' of coordinate canaries must be below {num_parameters}, the "
+                f"number of parameters. Got {int(self.indices.max())} instead."
+            )
+        return torch.as_tensor(self.indices, device=device)
+
+    def __repr__(self) -> str:
+        return (
+            f"CoordinateCanaries(canaries={self.indices.size}, "
+            f"included={int(self.included.sum())}, seed={self.seed})"
+        )
+
+
 @dataclass(frozen=True)
 class StepInfo:
     """What a ``step_observer`` sees after the privatised gradient of a step is formed.
 
     The tensors are views of the engine's buffers for one chunk of models, valid only
-    during the call: clone what you keep.
+    during the call: clone what you keep, and treat them as read-only (the update uses
+    ``gradients`` after the call; canaries belong in :class:`GradientCanary` or
+    :class:`CoordinateCanaries`, not in an observer).
 
     Attributes:
         step: the step index (0-based) of the models in this chunk.
@@ -168,7 +257,8 @@ class StepInfo:
         batch_rows: ``(Kc, B)`` row indices into ``X`` of each model's batch, padded.
         batch_valid: ``(Kc, B)`` which entries of ``batch_rows`` are real.
         gradients: ``(Kc, P)`` the privatised gradient (clipped sum + noise [+ canary]) /
-            expected batch size, before weight decay and momentum; the update is
+            expected batch size [+ coordinate canaries], before weight decay and
+            momentum; the update is
             ``-learning_rate`` times it when both are 0.
         parameters: ``(Kc, P)`` the parameters before the update.
         canary_sampled: ``(Kc,)`` whether the gradient canary was added, or ``None``.
@@ -194,17 +284,22 @@ class TrainResult:
         records: one :class:`~dpaudit.records.DPSGDRecord` per model with the σ, q, steps
             and C that were executed, or ``None`` per model for plain SGD.
         seconds: wall-clock training time.
+        canary_sums: with :class:`CoordinateCanaries`, the ``(m,)`` float64 sums over the
+            model's steps of its privatised gradient at the canaries' indices (canary
+            included); ``None`` otherwise.
     """
 
     models: ModelStack | dict[str, torch.Tensor]
     records: tuple[DPSGDRecord | None, ...]
     seconds: float
+    canary_sums: np.ndarray | None = None
 
     def __repr__(self) -> str:
         models = _dict_repr(self.models) if isinstance(self.models, dict) else repr(self.models)
+        sums = "" if self.canary_sums is None else f", canary_sums=<{self.canary_sums.size} sums>"
         return (
             f"TrainResult(models={models}, "
-            f"records={_records_repr(self.records)}, seconds={self.seconds:.3g})"
+            f"records={_records_repr(self.records)}, seconds={self.seconds:.3g}{sums})"
         )
 
 
