@@ -46,6 +46,7 @@ from dpaudit.stats import (
     clopper_pearson,
     clopper_pearson_upper,
 )
+from dpaudit.theory import gdp_epsilon
 from dpaudit.tradeoff import TradeoffCurve, as_scores
 
 ThresholdStrategy = Literal["split", "bonferroni"]
@@ -136,10 +137,8 @@ class MuBound:
         ``"assumes-gdp"``: it is a lower bound on ε only when the audited trade-off curve
         is Gaussian-shaped.
         """
-        from dpaudit import theory
-
         d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)
-        eps = theory.gdp_epsilon(self.value, d) if self.value > 0 else 0.0
+        eps = gdp_epsilon(self.value, d) if self.value > 0 else 0.0
         return EpsilonBound(
             value=float(eps),
             confidence_level=self.confidence_level,
@@ -336,71 +335,104 @@ def _lower_bound(
     selection_fraction: float,
     validity: str,
 ) -> dict[str, Any]:
+    """Validate, then bound with the chosen threshold strategy; returns the bound's fields."""
     c = check_confidence_level(confidence_level)
     check_choice("threshold", threshold, THRESHOLD_STRATEGIES)
     check_choice("validity", validity, VALIDITIES)
     neg = as_scores("negative_scores", negative_scores)
     pos = as_scores("positive_scores", positive_scores)
-    level = _rate_level(c)
-
     if threshold == "split":
         frac = check_in_interval(
             "selection_fraction", selection_fraction, 0.0, 1.0, low_open=True, high_open=True
         )
-        rng = np.random.default_rng(seed)
-        neg = rng.permutation(neg)
-        pos = rng.permutation(pos)
-        k0 = round(frac * neg.size)
-        k1 = round(frac * pos.size)
-        if min(k0, neg.size - k0, k1, pos.size - k1) < 1:
-            raise InsufficientTrialsError(
-                f"threshold='split' needs at least one trial per hypothesis in each part; got "
-                f"{neg.size} negatives and {pos.size} positives with selection_fraction={frac}."
-            )
-        evaluation = (neg[k0:], pos[k1:])
-        _require_trials(min(evaluation[0].size, evaluation[1].size), parameter, delta, c, 1)
-        # Choose t on the selection part by the bound that holds there for ALL thresholds
-        # at once (the bonferroni levels below). Maximising a per-threshold bound over
-        # tens of thousands of thresholds picks a lucky tail (winner's curse); the
-        # simultaneous bound penalises thin tails, so its maximiser is a threshold whose
-        # bound on fresh trials is close to what it promised. Any rule is valid here: the
-        # selection part is never counted.
-        sel = TradeoffCurve.from_scores(neg[:k0], pos[:k1])
-        sel_values, _, _ = _curve_bounds(
-            sel,
-            level_fpr=_rate_level(c, tests=k0 + 1),
-            level_fnr=_rate_level(c, tests=k1 + 1),
-            parameter=parameter,
-            delta=delta,
-        )
-        t = float(sel.thresholds[int(np.argmax(sel_values))])
-        # Count on the evaluation part only: t is independent of these trials, so the
-        # fixed-threshold Clopper–Pearson limits keep their level.
-        ev_neg, ev_pos = evaluation
-        fp = int(np.sum(ev_neg >= t))
-        fn = int(np.sum(ev_pos < t))
-        fpr = clopper_pearson(fp, ev_neg.size, confidence_level=level, alternative="less")
-        fnr = clopper_pearson(fn, ev_pos.size, confidence_level=level, alternative="less")
-        rates = (np.array(fpr.high), np.array(fnr.high))
-        value = float(
-            epsilon_from_rates(*rates, delta=delta)
-            if parameter == "epsilon"
-            else mu_from_rates(*rates)
-        )
-        return {
-            "value": value,
-            "fpr": fpr,
-            "fnr": fnr,
-            "threshold_value": t,
-            "counts": {"fp": fp, "negatives": ev_neg.size, "fn": fn, "positives": ev_pos.size},
-            "details": {
-                "selection_fraction": frac,
-                "selection_negatives": k0,
-                "selection_positives": k1,
-                "seed": seed,
-            },
-        }
+        return _split_bound(neg, pos, parameter=parameter, delta=delta, c=c, seed=seed, frac=frac)
+    return _bonferroni_bound(neg, pos, parameter=parameter, delta=delta, c=c)
 
+
+def _split_samples(
+    neg: np.ndarray, pos: np.ndarray, *, frac: float, seed: int | None
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """Shuffle each sample and cut it into a selection part (a share ``frac``) and an
+    evaluation part: ``((selection neg, selection pos), (evaluation neg, evaluation pos))``."""
+    rng = np.random.default_rng(seed)
+    neg = rng.permutation(neg)
+    pos = rng.permutation(pos)
+    k0 = round(frac * neg.size)
+    k1 = round(frac * pos.size)
+    if min(k0, neg.size - k0, k1, pos.size - k1) < 1:
+        raise InsufficientTrialsError(
+            f"threshold='split' needs at least one trial per hypothesis in each part; got "
+            f"{neg.size} negatives and {pos.size} positives with selection_fraction={frac}."
+        )
+    return (neg[:k0], pos[:k1]), (neg[k0:], pos[k1:])
+
+
+def _select_threshold(
+    neg: np.ndarray, pos: np.ndarray, *, parameter: str, delta: float, c: float
+) -> float:
+    """The threshold t whose simultaneous (bonferroni-level) bound is largest on the
+    selection part ``(neg, pos)``."""
+    # Choose t on the selection part by the bound that holds there for ALL thresholds
+    # at once (the bonferroni levels below). Maximising a per-threshold bound over
+    # tens of thousands of thresholds picks a lucky tail (winner's curse); the
+    # simultaneous bound penalises thin tails, so its maximiser is a threshold whose
+    # bound on fresh trials is close to what it promised. Any rule is valid here: the
+    # selection part is never counted.
+    sel = TradeoffCurve.from_scores(neg, pos)
+    sel_values, _, _ = _curve_bounds(
+        sel,
+        level_fpr=_rate_level(c, tests=neg.size + 1),
+        level_fnr=_rate_level(c, tests=pos.size + 1),
+        parameter=parameter,
+        delta=delta,
+    )
+    return float(sel.thresholds[int(np.argmax(sel_values))])
+
+
+def _split_bound(
+    neg: np.ndarray,
+    pos: np.ndarray,
+    *,
+    parameter: str,
+    delta: float,
+    c: float,
+    seed: int | None,
+    frac: float,
+) -> dict[str, Any]:
+    """``threshold="split"``: choose t on one part of the trials, count on the other."""
+    (sel_neg, sel_pos), (ev_neg, ev_pos) = _split_samples(neg, pos, frac=frac, seed=seed)
+    _require_trials(min(ev_neg.size, ev_pos.size), parameter, delta, c, 1)
+    t = _select_threshold(sel_neg, sel_pos, parameter=parameter, delta=delta, c=c)
+    # Count on the evaluation part only: t is independent of these trials, so the
+    # fixed-threshold Clopper–Pearson limits keep their level.
+    level = _rate_level(c)
+    fp = int(np.sum(ev_neg >= t))
+    fn = int(np.sum(ev_pos < t))
+    fpr = clopper_pearson(fp, ev_neg.size, confidence_level=level, alternative="less")
+    fnr = clopper_pearson(fn, ev_pos.size, confidence_level=level, alternative="less")
+    rates = (np.array(fpr.high), np.array(fnr.high))
+    value = float(
+        epsilon_from_rates(*rates, delta=delta) if parameter == "epsilon" else mu_from_rates(*rates)
+    )
+    return {
+        "value": value,
+        "fpr": fpr,
+        "fnr": fnr,
+        "threshold_value": t,
+        "counts": {"fp": fp, "negatives": ev_neg.size, "fn": fn, "positives": ev_pos.size},
+        "details": {
+            "selection_fraction": frac,
+            "selection_negatives": sel_neg.size,
+            "selection_positives": sel_pos.size,
+            "seed": seed,
+        },
+    }
+
+
+def _bonferroni_bound(
+    neg: np.ndarray, pos: np.ndarray, *, parameter: str, delta: float, c: float
+) -> dict[str, Any]:
+    """``threshold="bonferroni"``: the best threshold under limits valid for all at once."""
     # bonferroni: limits that hold for every threshold at once. For the FPR, the events
     # "the true tail mass above the j-th largest negative exceeds its Clopper–Pearson upper
     # limit", j = 0..n0, cover every threshold (FP(t) is constant between consecutive
@@ -586,10 +618,10 @@ def one_run_epsilon_lower_bound(
     Example:
         m = 1000, r = 100 all correct, δ = 0, 95 %: ε ≥ 3.493.
     """
-    for name, value in (("canaries", canaries), ("guesses", guesses), ("correct", correct)):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+    for name, count in (("canaries", canaries), ("guesses", guesses), ("correct", correct)):
+        if isinstance(count, bool) or not isinstance(count, int | np.integer) or count < 0:
             raise DpauditError(
-                f"The {name!r} parameter must be a non-negative integer. Got {value!r} instead."
+                f"The {name!r} parameter must be a non-negative integer. Got {count!r} instead."
             )
     if not 0 <= correct <= guesses <= canaries or canaries < 1:
         raise DpauditError(
