@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, TypeAlias
 
 import dp_accounting
 import numpy as np
 from dp_accounting import pld, rdp
 from numpy.typing import ArrayLike, NDArray
 
-from dpaudit import theory
 from dpaudit.errors import DpauditError, check_choice, check_in_interval
 from dpaudit.records import DPSGDRecord
+from dpaudit.theory import MuBracket, gdp_bracket, laplace_scale
 
 __all__ = [
     "ACCOUNTANTS",
@@ -61,7 +61,7 @@ _RDP_ORDERS = (
     [1.0 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)) + [64, 80, 96, 128, 256, 512]
 )
 
-Recordish = DPSGDRecord | dp_accounting.DpEvent
+Recordish: TypeAlias = DPSGDRecord | dp_accounting.DpEvent
 
 
 # --------------------------------------------------------------------------------------
@@ -122,7 +122,7 @@ def laplace_event(*, epsilon: float, sensitivity: float = 1.0, count: int = 1):
         Dwork, McSherry, Nissim, Smith 2006; dp-accounting's ``LaplaceDpEvent`` takes the
         noise scale relative to the sensitivity, i.e. 1/ε.
     """
-    b = theory.laplace_scale(sensitivity, epsilon)
+    b = laplace_scale(sensitivity, epsilon)
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise DpauditError(
             f"The 'count' parameter must be a positive integer. Got {count!r} instead."
@@ -258,7 +258,7 @@ def mu_bracket(
     delta_floor: float = 1e-10,
     rtol: float = 1e-3,
     value_discretization_interval: float = DEFAULT_VALUE_DISCRETIZATION_INTERVAL,
-) -> theory.MuBracket:
+) -> MuBracket:
     """GDP measurement of the PLD profile: a bracket around the optimal μ.
 
     The PLD profile is an upper bound on the true profile (pessimistic rounding), so
@@ -277,7 +277,7 @@ def mu_bracket(
     acc = _accountant(event, "pld", value_discretization_interval)
     epsilon_max = float(acc.get_epsilon(delta_floor))  # fast: one reverse scan
     profile = _profile_of(acc, "pld")
-    return theory.gdp_bracket(profile, epsilon_max=epsilon_max, rtol=rtol)
+    return gdp_bracket(profile, epsilon_max=epsilon_max, rtol=rtol)
 
 
 # --------------------------------------------------------------------------------------
@@ -342,7 +342,7 @@ def calibrate_noise(
     def make_event(sigma: float) -> dp_accounting.DpEvent:
         return dpsgd_event(noise_multiplier=sigma, sampling_rate=sampling_rate, steps=steps)
 
-    def eps_at(sigma: float, kind: str) -> float:
+    def eps_at(sigma: float, kind: Accountant) -> float:
         return epsilon(make_event(sigma), delta=delta, accountant=kind)
 
     sigma = float(

@@ -104,7 +104,7 @@ def ood_canary(
     """A row far outside the data: a random direction at ``scale`` × the largest row norm."""
     x, labels = _check_data(X, y)
     rng = np.random.default_rng([seed, 12])
-    u = rng.standard_normal(x.shape[1])
+    u = rng.standard_normal(int(x.shape[1]))
     u /= np.linalg.norm(u)
     radius = scale * float(np.max(np.linalg.norm(x, axis=1)) or 1.0)
     return InputCanary(

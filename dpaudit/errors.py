@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
+
+_Choice = TypeVar("_Choice", bound=str)
 
 
 class DpauditError(ValueError):
@@ -63,11 +65,15 @@ def check_in_interval(
     return value
 
 
-def check_choice(name: str, value: Any, allowed: Iterable[str]) -> str:
-    """Return ``value`` if it is one of ``allowed``, else raise a message listing them."""
-    allowed = list(allowed)
-    if value not in allowed:
-        options = ", ".join(repr(a) for a in allowed)
+def check_choice(name: str, value: Any, allowed: Iterable[_Choice]) -> _Choice:
+    """Return ``value`` if it is one of ``allowed``, else raise a message listing them.
+
+    The result has the type of ``allowed``'s items, so a tuple of ``Literal`` options
+    narrows an unchecked string to that ``Literal``.
+    """
+    options_list = list(allowed)
+    if value not in options_list:
+        options = ", ".join(repr(a) for a in options_list)
         raise DpauditError(
             f"The {name!r} parameter must be one of {{{options}}}. Got {value!r} instead."
         )

@@ -29,6 +29,12 @@ _AUTO_PER_EXAMPLE_FROM = 64
 # give σ = 0 and infinite scores.
 _RELATIVE_SIGMA_FLOOR = 1e-2
 
+LiraVariant = Literal["online", "offline"]
+LiraVariance = Literal["per-example", "global"]
+_VARIANTS: tuple[LiraVariant, ...] = ("online", "offline")
+_FITTED_VARIANCES: tuple[LiraVariance, ...] = ("per-example", "global")
+_VARIANCES: tuple[LiraVariance | Literal["auto"], ...] = (*_FITTED_VARIANCES, "auto")
+
 
 def balanced_halves(num_models: int, num_rows: int, rng: np.random.Generator) -> np.ndarray:
     """A ``(K, N)`` bool mask: each row in exactly ⌊K/2⌋ models, chosen at random.
@@ -71,8 +77,8 @@ def lira_scores(
     reference_phi: np.ndarray,
     reference_in: np.ndarray,
     *,
-    variant: Literal["online", "offline"] = "online",
-    variance: Literal["per-example", "global"] = "per-example",
+    variant: LiraVariant = "online",
+    variance: LiraVariance = "per-example",
 ) -> np.ndarray:
     """LiRA's test statistic from logit-scaled confidences.
 
@@ -90,8 +96,8 @@ def lira_scores(
     Returns:
         ``(T, m)`` float64 scores, larger meaning "member".
     """
-    check_choice("variant", variant, ("online", "offline"))
-    check_choice("variance", variance, ("per-example", "global"))
+    check_choice("variant", variant, _VARIANTS)
+    check_choice("variance", variance, _FITTED_VARIANCES)
     mu_out, sd_out = _fit(reference_phi, ~reference_in, variance)
     if variant == "offline":
         return stats.norm.logcdf(target_phi, loc=mu_out, scale=sd_out)
@@ -144,15 +150,15 @@ class LiraAttack(MembershipAttack):
         self,
         *,
         num_reference_models: int = 64,
-        variant: Literal["online", "offline"] = "online",
-        variance: Literal["per-example", "global", "auto"] = "auto",
+        variant: LiraVariant = "online",
+        variance: LiraVariance | Literal["auto"] = "auto",
         include_population: bool = False,
     ) -> None:
         self.num_reference_models = check_int(
             "num_reference_models", num_reference_models, minimum=2
         )
-        self.variant = check_choice("variant", variant, ("online", "offline"))
-        self.variance = check_choice("variance", variance, ("per-example", "global", "auto"))
+        self.variant = check_choice("variant", variant, _VARIANTS)
+        self.variance = check_choice("variance", variance, _VARIANCES)
         self.include_population = bool(include_population)
 
     def options(self) -> dict[str, Any]:
@@ -163,9 +169,9 @@ class LiraAttack(MembershipAttack):
             "include_population": self.include_population,
         }
 
-    def resolved_variance(self) -> Literal["per-example", "global"]:
+    def resolved_variance(self) -> LiraVariance:
         if self.variance != "auto":
-            return self.variance  # type: ignore[return-value]
+            return self.variance
         return "per-example" if self.num_reference_models >= _AUTO_PER_EXAMPLE_FROM else "global"
 
     def score(self, context: AttackContext, X: Any, y: Any, *, seed: int) -> np.ndarray:

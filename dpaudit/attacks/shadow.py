@@ -27,11 +27,14 @@ _MIN_PER_CLASS = 20
 # finite feature.
 _LOG_FLOOR = -1e3
 
+ShadowFeatures = Literal["probabilities+label", "sorted-probabilities"]
+_FEATURES: tuple[ShadowFeatures, ...] = ("probabilities+label", "sorted-probabilities")
+
 
 def attack_features(
     logits: np.ndarray,
     y: np.ndarray,
-    kind: Literal["probabilities+label", "sorted-probabilities"],
+    kind: ShadowFeatures,
 ) -> np.ndarray:
     """Attack-model inputs from ``(K, m, C)`` logits → ``(K, m, F)``.
 
@@ -94,13 +97,11 @@ class ShadowAttack(MembershipAttack):
         self,
         *,
         num_shadow_models: int = 16,
-        features: Literal["probabilities+label", "sorted-probabilities"] = ("probabilities+label"),
+        features: ShadowFeatures = "probabilities+label",
         classifier: Literal["gradient-boosting", "logistic"] = "logistic",
     ) -> None:
         self.num_shadow_models = check_int("num_shadow_models", num_shadow_models, minimum=1)
-        self.features = check_choice(
-            "features", features, ("probabilities+label", "sorted-probabilities")
-        )
+        self.features = check_choice("features", features, _FEATURES)
         self.classifier = check_choice("classifier", classifier, ("gradient-boosting", "logistic"))
 
     def options(self) -> dict[str, Any]:
