@@ -192,7 +192,10 @@ def account(
     ] = None,
     dataset_size: Annotated[int | None, typer.Option("--dataset-size", help="N rows.")] = None,
     steps: Annotated[int | None, typer.Option("--steps", help="T noisy updates.")] = None,
-    epochs: Annotated[float | None, typer.Option("--epochs", help="E epochs (T = ⌈E/q⌉).")] = None,
+    epochs: Annotated[
+        int | None,
+        typer.Option("--epochs", help="E epochs: T = E·⌊N/B⌋, as the engine runs (or E·⌊1/q⌋)."),
+    ] = None,
     delta: Annotated[float, typer.Option("--delta", help="δ for ε(δ).")] = 1e-5,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead.")] = False,
 ) -> None:
@@ -202,6 +205,8 @@ def account(
 
     from dpaudit import accounting
     from dpaudit.errors import check_in_interval
+
+    from dpaudit.recipes import sampling_plan, steps_from_rate
 
     if (sampling_rate is None) == (batch_size is None and dataset_size is None):
         raise fail("Give either --sampling-rate or both --batch-size and --dataset-size.")
@@ -219,9 +224,14 @@ def account(
     try:
         q = check_in_interval("sampling_rate", sampling_rate, 0.0, 1.0, low_open=True)
         if epochs is not None:
-            e = check_in_interval("epochs", epochs, 0.0, math.inf, low_open=True)
-            # one epoch is 1/q steps in expectation; 1e-9 absorbs float error in E/q
-            steps = max(1, math.ceil(e / q - 1e-9))
+            check_in_interval("epochs", epochs, 0.0, math.inf, low_open=True)
+            # The engine's own rule (recipes.sampling_plan): an epoch is ⌊N/B⌋ Poisson steps.
+            if batch_size is not None and dataset_size is not None:
+                _, steps = sampling_plan(
+                    dataset_size, batch_size=batch_size, epochs=epochs, full_batch=False
+                )
+            else:
+                steps = steps_from_rate(q, epochs=epochs)
         kw = {"noise_multiplier": noise_multiplier, "sampling_rate": q, "steps": steps}
         eps = {
             kind: accounting.dpsgd_epsilon(**kw, delta=delta, accountant=kind)
@@ -284,13 +294,16 @@ def report_command(
     console.print(str(out), markup=False, soft_wrap=True)
 
 
-INIT_KINDS = ("mechanism", "membership", "attribute", "dpsgd")
+def _init_kinds() -> tuple[str, ...]:
+    from dpaudit.kinds import kind_names
+
+    return kind_names()
 
 
 @app.command("init")
 def init_command(
     kind: Annotated[
-        str, typer.Option("--kind", "-k", help=f"One of: {', '.join(INIT_KINDS)}.")
+        str, typer.Option("--kind", "-k", help="An audit kind (dpaudit init --kind x lists them).")
     ] = "mechanism",
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write it.")] = Path(
         "audit.toml"
@@ -300,8 +313,9 @@ def init_command(
     """Write a commented example audit file that runs as written."""
     from importlib import resources
 
-    if kind not in INIT_KINDS:
-        raise fail(f"--kind must be one of {', '.join(INIT_KINDS)}. Got {kind!r} instead.")
+    kinds = _init_kinds()
+    if kind not in kinds:
+        raise fail(f"--kind must be one of {', '.join(kinds)}. Got {kind!r} instead.")
     if output.exists() and not force:
         raise fail(f"{output} exists; pass --force to overwrite it")
     text = resources.files("dpaudit").joinpath("examples", f"{kind}.toml").read_text("utf-8")

@@ -7,19 +7,19 @@ over several tests (attacks, canaries) takes the worst test: the gate guards the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dpaudit.config import GateSection
-from dpaudit.results import Check, Comparison
+from dpaudit.results import Check, Comparison, TestSummary
+from dpaudit.sections import GateSection
 
 
-def _metric_max(tests: Sequence[dict[str, Any]], key: str) -> tuple[float, str] | None:
+def _metric_max(tests: Sequence[TestSummary], key: str) -> tuple[float, str] | None:
     best: tuple[float, str] | None = None
     for t in tests:
-        m = t.get("metrics") or {}
+        m = t.metrics
         if key in m and m[key] is not None and (best is None or m[key] > best[0]):
-            best = (float(m[key]), t["label"])
+            best = (float(m[key]), t.label)
     return best
 
 
@@ -27,8 +27,8 @@ def evaluate_gate(
     gate: GateSection,
     *,
     comparisons: Sequence[Comparison],
-    tests: Sequence[dict[str, Any]],
-    attribute: Sequence[dict[str, Any]] = (),
+    tests: Sequence[TestSummary],
+    attribute: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[Check, ...]:
     """Evaluate every configured policy.
 
@@ -83,11 +83,11 @@ def evaluate_gate(
     for target_fpr, limit in gate.max_tpr_at_fpr:
         found: tuple[float, str] | None = None
         for t in tests:
-            for row in (t.get("metrics") or {}).get("tpr_at_fpr", []):
+            for row in t.metrics.get("tpr_at_fpr", []):
                 if abs(row["target_fpr"] - target_fpr) < 1e-12 and (
                     found is None or row["tpr"] > found[0]
                 ):
-                    found = (row["tpr"], t["label"])
+                    found = (row["tpr"], t.label)
         checks.append(
             _limit_check(
                 f"max_tpr_at_fpr[{target_fpr:g}]", f"TPR at FPR {target_fpr:g}", found, limit
@@ -103,7 +103,7 @@ def evaluate_gate(
             )
         )
     if gate.max_attribute_advantage is not None:
-        best = None
+        best: tuple[float, str] | None = None
         for a in attribute:
             if best is None or a["advantage"] > best[0]:
                 best = (float(a["advantage"]), a["label"])

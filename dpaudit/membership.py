@@ -59,15 +59,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AttackOutcome",
+    "AttackScores",
     "AttributeAuditResult",
+    "AttributeGuesses",
     "AuditedTarget",
     "MembershipAuditResult",
+    "attack_seed",
+    "attribute_result",
     "audit_attribute",
     "audit_membership",
     "dp_attribute_advantage_bound",
     "fair_coins",
+    "guess_attributes",
     "one_run_bound",
     "prepare_target",
+    "resolve_attacks",
+    "score_attacks",
 ]
 
 Progress = Callable[[str, int, int], None]
@@ -412,7 +419,7 @@ def one_run_bound(
     )
 
 
-def _resolve_attacks(
+def resolve_attacks(
     attacks: Sequence[str | MembershipAttack],
     *,
     num_reference_models: int,
@@ -434,6 +441,51 @@ def _resolve_attacks(
     if not out:
         raise DpauditError("The 'attacks' parameter must name at least one attack.")
     return out
+
+
+@dataclass(frozen=True, repr=False)
+class AttackScores:
+    """One attack's raw scores of the audited rows (what a work unit stores)."""
+
+    attack: str
+    options: dict[str, Any]
+    scores: np.ndarray
+    seconds: float
+
+
+def attack_seed(seed: int, position: int) -> int:
+    """The seed of the attack at ``position``: adding an attack leaves the others' alone."""
+    return int(np.random.SeedSequence([seed, 0xA77, position]).generate_state(1)[0])
+
+
+def score_attacks(
+    target: AuditedTarget,
+    attacks: Sequence[MembershipAttack],
+    *,
+    seed: int,
+    device: str = "cpu",
+    progress: Progress | None = None,
+) -> tuple[AttackScores, ...]:
+    """Run each attack on the audited rows (features and labels only, never the coins).
+
+    Raises:
+        DpauditError: an attack returned non-finite scores.
+    """
+    out = []
+    for i, attack in enumerate(attacks):
+        t0 = time.perf_counter()
+        context = target.context(device=device, progress=_stage(progress, attack.name))
+        scores = np.asarray(
+            attack.score(context, target.audited_X, target.audited_y, seed=attack_seed(seed, i)),
+            dtype=np.float64,
+        )[0]
+        if not np.all(np.isfinite(scores)):
+            raise DpauditError(
+                f"The {attack.name!r} attack returned {int((~np.isfinite(scores)).sum())} "
+                f"non-finite scores."
+            )
+        out.append(AttackScores(attack.name, attack.options(), scores, time.perf_counter() - t0))
+    return tuple(out)
 
 
 def audit_membership(
@@ -489,7 +541,7 @@ def audit_membership(
     c = check_confidence_level(confidence_level)
     d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)
     frac = check_in_interval("guess_fraction", guess_fraction, 0.0, 0.5, low_open=True)
-    resolved = _resolve_attacks(
+    resolved = resolve_attacks(
         attacks, num_reference_models=num_reference_models, num_shadow_models=num_shadow_models
     )
     start = time.perf_counter()
@@ -512,27 +564,21 @@ def audit_membership(
         raise DataError("Every audited row won its coin; no non-member to compare with.")
     accuracy = _accuracy(target.models, X, y, coins)
     outcomes = []
-    for i, attack in enumerate(resolved):
-        t0 = time.perf_counter()
-        context = target.context(device=device, progress=_stage(progress, attack.name))
-        # Attack seeds are derived from (seed, position) so that adding an attack does not
-        # change the others' randomness.
-        attack_seed = int(np.random.SeedSequence([seed, 0xA77, i]).generate_state(1)[0])
-        scores = np.asarray(attack.score(context, X, y, seed=attack_seed), dtype=np.float64)[0]
-        elapsed = time.perf_counter() - t0
-        key = attack.name if attack.name not in seconds else f"{attack.name}#{i}"
-        seconds[key] = elapsed
+    for i, scored in enumerate(score_attacks(target, resolved, seed=seed, device=device,
+                                             progress=progress)):  # fmt: skip
+        key = scored.attack if scored.attack not in seconds else f"{scored.attack}#{i}"
+        seconds[key] = scored.seconds
         outcomes.append(
             _summarise(
-                attack,
-                scores,
+                resolved[i],
+                scored.scores,
                 coins,
                 confidence_level=c,
                 delta=d,
                 fprs=fprs,
                 guesses_per_side=max(1, int(frac * m)),
-                seed=attack_seed,
-                seconds=elapsed,
+                seed=attack_seed(seed, i),
+                seconds=scored.seconds,
             )
         )
     # A target passed in was trained before this call: add its training time.
@@ -796,6 +842,40 @@ def audit_attribute(
             device=device,
             progress=progress,
         )
+    guesses = guess_attributes(target)
+    eps = _accountant_epsilon(target.record, d)
+    return attribute_result(
+        guesses, confidence_level=c, delta=d, accountant_epsilon=eps, seed=seed,
+        seconds=time.perf_counter() - t0,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, repr=False)
+class AttributeGuesses:
+    """The attack's raw output on a target: what an attribute work unit stores.
+
+    Attributes:
+        dataset: dataset name; sensitive: the sensitive column; values: its candidates.
+        guesses: ``(m,)`` guessed candidate index; truth: ``(m,)`` true index.
+        membership: the coins; prior: the attacker's prior over candidates.
+    """
+
+    dataset: str
+    sensitive: str
+    values: tuple[Any, ...]
+    guesses: np.ndarray
+    truth: np.ndarray
+    membership: np.ndarray
+    prior: np.ndarray
+
+
+def guess_attributes(target: AuditedTarget) -> AttributeGuesses:
+    """Yeom et al.'s attribute guesses for the audited rows of ``target``.
+
+    Raises:
+        DataError: the target's dataset has no sensitive column, or the audited rows lack
+            members or non-members.
+    """
     sensitive = target.dataset.sensitive
     if sensitive is None:  # a target prepared from another dataset
         raise DataError("The target's dataset has no sensitive column.")
@@ -807,20 +887,41 @@ def audit_attribute(
     scores = attack.score(
         target.models, target.audited_X, target.audited_y, sensitive=sensitive, prior=prior
     )[0]
-    guesses = attack.guess(scores)
-    truth = sensitive.codes[target.audited]
-    correct = guesses == truth
+    return AttributeGuesses(
+        dataset=target.dataset.name,
+        sensitive=sensitive.name,
+        values=tuple(sensitive.values),
+        guesses=attack.guess(scores),
+        truth=sensitive.codes[target.audited],
+        membership=coins.copy(),
+        prior=prior,
+    )
+
+
+def attribute_result(
+    g: AttributeGuesses,
+    *,
+    confidence_level: float,
+    delta: float,
+    accountant_epsilon: float | None,
+    seed: int,
+    seconds: float = 0.0,
+) -> AttributeAuditResult:
+    """Accuracies, advantage and intervals of attribute guesses (no model needed)."""
+    c = confidence_level
+    coins, truth, prior = g.membership, g.truth, g.prior
+    correct = g.guesses == truth
     k_in, n_in = int(correct[coins].sum()), int(coins.sum())
     k_out, n_out = int(correct[~coins].sum()), int((~coins).sum())
     baseline_correct = int((truth == int(np.argmax(prior))).sum())
     joint = 1.0 - (1.0 - c) / 2.0  # union bound over the two accuracies
     in_joint = clopper_pearson(k_in, n_in, confidence_level=joint)
     out_joint = clopper_pearson(k_out, n_out, confidence_level=joint)
-    eps = _accountant_epsilon(target.record, d)
+    eps = accountant_epsilon
     return AttributeAuditResult(
-        dataset=target.dataset.name,
-        sensitive=sensitive.name,
-        values=sensitive.values,
+        dataset=g.dataset,
+        sensitive=g.sensitive,
+        values=g.values,
         accuracy_members=k_in / n_in,
         accuracy_members_interval=clopper_pearson(k_in, n_in, confidence_level=c),
         accuracy_non_members=k_out / n_out,
@@ -833,14 +934,14 @@ def audit_attribute(
         advantage_interval=ConfidenceInterval(
             max(-1.0, in_joint.low - out_joint.high), min(1.0, in_joint.high - out_joint.low)
         ),
-        guesses=guesses,
+        guesses=g.guesses,
         truth=truth,
         membership=coins.copy(),
         prior=prior,
         accountant_epsilon=eps,
-        dp_bound=None if eps is None else dp_attribute_advantage_bound(eps, d),
+        dp_bound=None if eps is None else dp_attribute_advantage_bound(eps, delta),
         confidence_level=c,
-        delta=d,
+        delta=delta,
         seed=seed,
-        seconds=time.perf_counter() - t0,
+        seconds=seconds,
     )

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from dpaudit.bounds import VALIDITY_MEANING, EpsilonBound, MuBound, _jsonable
+from dpaudit.theory import gdp_epsilon, tradeoff_dp, tradeoff_gdp
 from dpaudit.stats import clopper_pearson
 from dpaudit.tradeoff import TradeoffCurve, membership_metrics
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,54 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class TestSummary:
+    """One audited test's scores summarised: metrics, curve points, histogram, theory curves.
+
+    Built whole by :func:`score_summary` (kinds add their own ``details`` with
+    :meth:`with_details`, which returns a new object), serialised by :meth:`to_dict` with
+    ``details`` merged at the top level (``"mechanism"``, ``"attack"``, ``"dpsgd"``,
+    ``"target"``, ``"record"``: the keys of ``results.json``'s test objects).
+    """
+
+    __test__ = False  # not a pytest test class
+
+    id: str
+    label: str
+    hypotheses: tuple[str, str]
+    negatives: int
+    positives: int
+    metrics: Mapping[str, Any] = field(repr=False)
+    curve: Mapping[str, list[float]] = field(repr=False)
+    histogram: Mapping[str, list[Any]] = field(repr=False)
+    theory_curves: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
+    details: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def with_details(
+        self, *, theory_curves: tuple[Mapping[str, Any], ...] | None = None, **details: Any
+    ) -> TestSummary:
+        """A copy with more details (and, if given, other theory curves)."""
+        return replace(
+            self,
+            theory_curves=self.theory_curves if theory_curves is None else theory_curves,
+            details={**self.details, **details},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "label": self.label,
+            "hypotheses": list(self.hypotheses),
+            "negatives": self.negatives,
+            "positives": self.positives,
+            "metrics": dict(self.metrics),
+            "curve": dict(self.curve),
+            "histogram": dict(self.histogram),
+            "theory_curves": [dict(c) for c in self.theory_curves],
+            **self.details,
+        }
+
+
+@dataclass(frozen=True)
 class AuditResult:
     """Everything an audit found; what ``results.json`` and the report are made from.
 
@@ -110,9 +160,9 @@ class AuditResult:
     privacy_verdict: str
     checks: tuple[Check, ...]
     comparisons: tuple[Comparison, ...]
-    tests: tuple[dict[str, Any], ...] = field(repr=False)
+    tests: tuple[TestSummary, ...] = field(repr=False)
     config: dict[str, Any] = field(repr=False)
-    attribute: tuple[dict[str, Any], ...] = field(repr=False, default=())
+    attribute: tuple[Mapping[str, Any], ...] = field(repr=False, default=())
     config_text: str = field(repr=False, default="")
     provenance: dict[str, Any] = field(repr=False, default_factory=dict)
     warnings: tuple[str, ...] = ()
@@ -129,8 +179,8 @@ class AuditResult:
             "privacy_verdict": self.privacy_verdict,
             "checks": [c.to_dict() for c in self.checks],
             "bounds": [c.to_dict() for c in self.comparisons],
-            "tests": _jsonable(list(self.tests)),
-            "attribute": _jsonable(list(self.attribute)),
+            "tests": _jsonable([t.to_dict() for t in self.tests]),
+            "attribute": _jsonable([dict(a) for a in self.attribute]),
             "config": self.config,
             "config_text": self.config_text,
             "provenance": _jsonable(self.provenance),
@@ -149,13 +199,11 @@ def gdp_implied_comparison(
     Informational and outside the verdict ("assumes-gdp"): valid only if the audited
     trade-off curve is Gaussian-shaped.
     """
-    from dpaudit import theory
-
     return Comparison(
         test,
         "epsilon",
         mu_lower.epsilon(delta),
-        theory.gdp_epsilon(mu_upper, delta),
+        gdp_epsilon(mu_upper, delta),
         f"{source} μ ⇒ ε",
         False,
     )
@@ -171,7 +219,7 @@ def score_summary(
     max_points: int = 300,
     bins: int = 60,
     hypotheses: tuple[str, str] = ("H0", "H1"),
-) -> dict[str, Any]:
+) -> TestSummary:
     """The plotting and metric summary of one test's scores (for results.json and the report).
 
     The curve is thinned to at most ``max_points`` thresholds (always keeping both ends,
@@ -200,14 +248,14 @@ def score_summary(
     metrics = membership_metrics(
         negative_scores, positive_scores, confidence_level=confidence_level
     )
-    return {
-        "id": test_id,
-        "label": label,
-        "hypotheses": list(hypotheses),
-        "negatives": curve.negatives,
-        "positives": curve.positives,
-        "metrics": metrics.to_dict(),
-        "curve": {
+    return TestSummary(
+        id=test_id,
+        label=label,
+        hypotheses=hypotheses,
+        negatives=curve.negatives,
+        positives=curve.positives,
+        metrics=metrics.to_dict(),
+        curve={
             "fpr": curve.fpr[idx].tolist(),
             "fnr": curve.fnr[idx].tolist(),
             "fpr_low": [c.low for c in fpr_ci],
@@ -215,25 +263,22 @@ def score_summary(
             "fnr_low": [c.low for c in fnr_ci],
             "fnr_high": [c.high for c in fnr_ci],
         },
-        "histogram": {
+        histogram={
             "edges": edges.tolist(),
             "negatives": np.histogram(negative_scores, edges)[0].tolist(),
             "positives": np.histogram(positive_scores, edges)[0].tolist(),
         },
-        "theory_curves": [],
-    }
+    )
 
 
 def theory_curves(
     *, epsilon: float | None = None, delta: float = 0.0, mu: float | None = None, label: str = ""
-) -> list[dict[str, Any]]:
+) -> tuple[dict[str, Any], ...]:
     """Points of the theoretical trade-off curves f_{ε,δ} and G_μ for plotting."""
-    from dpaudit import theory
-
     alpha = np.concatenate([np.logspace(-6, -1, 60), np.linspace(0.1, 1.0, 60)[1:]])
     out = []
     if epsilon is not None and math.isfinite(epsilon):
-        beta = theory.tradeoff_dp(alpha, epsilon=epsilon, delta=delta)
+        beta = tradeoff_dp(alpha, epsilon=epsilon, delta=delta)
         out.append(
             {
                 "label": f"{label}({epsilon:.3g}, {delta:.2g})-DP",
@@ -243,7 +288,7 @@ def theory_curves(
             }
         )
     if mu is not None and math.isfinite(mu):
-        beta = theory.tradeoff_gdp(alpha, mu=mu)
+        beta = tradeoff_gdp(alpha, mu=mu)
         out.append(
             {
                 "label": f"{label}{mu:.3g}-GDP",
@@ -252,7 +297,7 @@ def theory_curves(
                 "fnr": np.asarray(beta).tolist(),
             }
         )
-    return out
+    return tuple(out)
 
 
 def _finite(x: float | None) -> float | None:

@@ -40,30 +40,22 @@ import torch
 
 from dpaudit.errors import ConfigError, DataError, DpauditError, InsufficientTrialsError
 
+from dpaudit.sections import ByoSpec
+
 if TYPE_CHECKING:
-    from dpaudit.audit import KindOutcome, Progress
-    from dpaudit.config import AuditConfig
     from dpaudit.data import Dataset
-    from dpaudit.store import RunStore
 
 __all__ = [
-    "RECIPE_NOTE",
     "ByoData",
+    "ByoSpec",
     "LoadedTarget",
     "byo_unit",
     "byo_units",
     "load_byo_data",
     "load_target",
     "read_scores",
-    "run_byo_membership",
+    "target_digest",
 ]
-
-#: Said wherever reference models stand in for the unknown training of a brought target.
-RECIPE_NOTE = (
-    "Shadow and LiRA reference models are trained with the recipe in [model]/[training]; "
-    "the attack's strength depends on how well that recipe matches the one that trained "
-    "the target."
-)
 
 # A probability of exactly 0 has log −inf; the smallest positive float64 keeps the
 # log-probabilities finite (log(tiny) ≈ −708) and changes no probability above it.
@@ -236,7 +228,7 @@ def _optional(module: str, extra: str) -> Any:
 
 
 def _load_safetensors(
-    path: Path, config: AuditConfig, num_features: int, num_classes: int, description: dict
+    path: Path, config: ByoSpec, num_features: int, num_classes: int, description: dict[str, Any]
 ) -> Any:
     from dpaudit.models import ModelSpec, ModelStack
 
@@ -244,7 +236,7 @@ def _load_safetensors(
     state = st.load_file(str(path))
     t = config.target
     if t.factory is not None:
-        module = _import_factory(t.factory, config.base_dir)()
+        module = _import_factory(t.factory, Path(config.base_dir))()
         try:
             module.load_state_dict(state)
         except (RuntimeError, AttributeError) as exc:
@@ -303,7 +295,7 @@ def _load_onnx(path: Path, description: dict) -> Callable[[np.ndarray], np.ndarr
 
 
 def load_target(
-    config: AuditConfig, *, num_features: int, num_classes: int
+    config: ByoSpec, *, num_features: int, num_classes: int
 ) -> tuple[LoadedTarget, list[str]]:
     """Load ``[target] path`` / ``factory`` as a :class:`LoadedTarget`.
 
@@ -325,7 +317,8 @@ def load_target(
     description: dict[str, Any] = {"format": fmt or "factory", "output": t.output}
     output = t.output
     if t.path is None:
-        obj = _import_factory(t.factory, config.base_dir)()
+        assert t.factory is not None  # the schema requires path or factory here
+        obj = _import_factory(t.factory, Path(config.base_dir))()
         description["factory"] = t.factory
         predict, output = _from_object(obj, output=output, description=description)
     else:
@@ -424,7 +417,7 @@ def _read_table(path: Path) -> Any:
         raise DataError(f"Cannot read {str(path)!r} as CSV: {exc}") from None
 
 
-def load_byo_data(config: AuditConfig) -> ByoData:
+def load_byo_data(config: ByoSpec) -> ByoData:
     """Load ``[data]`` and the user's membership of its rows.
 
     Raises:
@@ -434,6 +427,8 @@ def load_byo_data(config: AuditConfig) -> ByoData:
     from dpaudit.data import load_dataset
 
     d, t = config.data, config.target
+    if d is None:
+        raise DataError("A brought target's membership audit needs a [data] table.")
     membership = t.membership or "member"
     index_file = config.resolve(membership)
     source, _, rest = d.dataset.partition(":")
@@ -503,7 +498,7 @@ def load_byo_data(config: AuditConfig) -> ByoData:
 # ------------------------------------------------------------------------------ scores
 
 
-def read_scores(config: AuditConfig) -> tuple[np.ndarray, np.ndarray, str]:
+def read_scores(config: ByoSpec) -> tuple[np.ndarray, np.ndarray, str]:
     """The per-example losses and membership in ``[target] scores``.
 
     The file holds one row per audited example: the membership column (``[target]
@@ -568,7 +563,7 @@ def _class_index(name: Any) -> int:
 # ------------------------------------------------------------------------------- units
 
 
-def _digest(config: AuditConfig) -> str:
+def target_digest(config: ByoSpec) -> str:
     """Hash of the files the target is read from, so a changed file never reuses units."""
     t = config.target
     h = hashlib.sha256()
@@ -582,24 +577,23 @@ def _digest(config: AuditConfig) -> str:
     return h.hexdigest()[:12]
 
 
-def _attacks(config: AuditConfig) -> list[str]:
-    return list(config.membership.attacks)
+def _attacks(config: ByoSpec) -> list[str]:
+    return list(config.attacks)
 
 
-def byo_units(config: AuditConfig) -> list[str]:
+def byo_units(config: ByoSpec) -> list[str]:
     """One unit per attack (one unit for a scores file)."""
-    digest = _digest(config)
+    digest = target_digest(config)
     if config.target.scores is not None:
         return [f"byo-{digest}-scores"]
     return [f"byo-{digest}-{name}" for name in _attacks(config)]
 
 
-def _reference_training(config: AuditConfig, members: int) -> Any:
+def _reference_training(config: ByoSpec, members: int) -> Any:
     """The [training] recipe for reference models, DP noise calibrated to the target's size."""
-    from dpaudit.audit import training_spec
+    from dpaudit.recipes import training_spec
 
-    variant = "dp" if config.training.dp is not None else "plain"
-    return training_spec(config, variant, members=members)
+    return training_spec(config.training, members=members)
 
 
 class _Standardised:
@@ -646,10 +640,10 @@ def _standardise(data: ByoData, X: np.ndarray) -> np.ndarray:
     return ((X.astype(np.float64) - data.mean) / data.scale).astype(np.float32)
 
 
-def byo_unit(config: AuditConfig, unit: str) -> dict[str, np.ndarray]:
+def byo_unit(config: ByoSpec, unit: str) -> dict[str, np.ndarray]:
     """Score the audited rows with one attack (a pure function of config and unit)."""
     from dpaudit.attacks import AttackContext
-    from dpaudit.membership import _resolve_attacks
+    from dpaudit.membership import resolve_attacks
     from dpaudit.models import ModelSpec
 
     name = unit.rsplit("-", 1)[1]
@@ -666,7 +660,6 @@ def byo_unit(config: AuditConfig, unit: str) -> dict[str, np.ndarray]:
     X_raw, y = ds.X[data.audited], ds.y[data.audited]
     seen = _Standardised(target, data, [X_raw])
     m = config.model
-    ms = config.membership
     members = int(data.membership.sum())
     context = AttackContext(
         target=seen,  # type: ignore[arg-type]  (duck-typed: logits / num_features / num_models)
@@ -676,12 +669,14 @@ def byo_unit(config: AuditConfig, unit: str) -> dict[str, np.ndarray]:
         population_X=_standardise(data, ds.X[data.population]),
         population_y=ds.y[data.population],
         num_classes=ds.num_classes,
-        device=config.execution.device,
+        device=config.device,
     )
     names = _attacks(config)
     i = names.index(name)
-    attack = _resolve_attacks(
-        [name], num_reference_models=ms.reference_models, num_shadow_models=ms.shadow_models
+    attack = resolve_attacks(
+        [name],
+        num_reference_models=config.reference_models,
+        num_shadow_models=config.shadow_models,
     )[0]
     if name == "shadow" and data.population.size < 2:
         raise DataError(
@@ -689,7 +684,7 @@ def byo_unit(config: AuditConfig, unit: str) -> dict[str, np.ndarray]:
             "membership empty (not audited) so the attacker has data of its own."
         )
     # Same seed derivation as dpaudit's own targets (seed, attack position).
-    seed = int(np.random.SeedSequence([config.audit.seed, 0xA77, i]).generate_state(1)[0])
+    seed = int(np.random.SeedSequence([config.seed, 0xA77, i]).generate_state(1)[0])
     scores = np.asarray(attack.score(context, _standardise(data, X_raw), y, seed=seed))[0]
     info = {
         "attack": name,
@@ -711,119 +706,3 @@ def _accuracy(target: LoadedTarget, X: np.ndarray, y: np.ndarray, member: np.nda
         "members": float(correct[member].mean()),
         "non_members": float(correct[~member].mean()),
     }
-
-
-# ------------------------------------------------------------------------------ the kind
-
-
-def run_byo_membership(
-    config: AuditConfig, store: RunStore, progress: Progress | None
-) -> KindOutcome:
-    """The membership kind on a target the user brought (model file, factory or scores).
-
-    Every attack's scores become a test (ROC, AUC, TPR at low FPR, advantage with
-    intervals) and two ε lower bounds, neither held against an upper bound (dpaudit does
-    not know how the target was trained): the one-run bound, rigorous only when the user
-    states that membership was decided by independent fair coins, and the bound that
-    treats rows as independent trials (always heuristic: the rows share one model).
-
-    References:
-        Steinke, Nasr, Jagielski (2023), "Privacy Auditing with One (1) Training Run",
-        NeurIPS, Theorem 3.1 (fair-coin inclusion is what makes the one-run bound valid).
-    """
-    import dataclasses
-
-    from dpaudit.audit import KindOutcome, run_kind_units
-    from dpaudit.bounds import epsilon_lower_bound
-    from dpaudit.membership import DEFAULT_GUESS_FRACTION, one_run_bound
-    from dpaudit.results import Comparison, score_summary
-
-    t = config.target
-    units = byo_units(config)
-    stats = run_kind_units(byo_unit, config, units, store, progress, "attacking your target")
-    c, delta = config.audit.confidence_level, config.audit.delta
-    tests: list[dict[str, Any]] = []
-    comparisons: list[Comparison] = []
-    warnings: list[str] = []
-    what = f"your target ({t.path or t.factory or t.scores})"
-    if t.membership_by_coin:
-        coin_note = (
-            "Membership of the audited rows was decided by independent fair coins (stated in "
-            "[target] membership_by_coin): the one-run ε lower bound is rigorous."
-        )
-    else:
-        coin_note = (
-            "Membership of the audited rows was not stated to be decided by independent fair "
-            "coins ([target] membership_by_coin = false): the one-run ε lower bound is "
-            "heuristic, not a proof."
-        )
-    if not t.membership_by_coin:
-        warnings.append(coin_note)
-    if t.scores is None and set(_TRAINS_REFERENCES) & set(_attacks(config)):
-        warnings.append(RECIPE_NOTE)
-    if t.scores is not None:
-        skipped = [a for a in _attacks(config) if a != "loss"]
-        if skipped:
-            warnings.append(
-                f"A scores file supports only the loss attack; skipped: {', '.join(skipped)} "
-                "(they query the model: give [target] path or factory)."
-            )
-    for unit in units:
-        part = store.load(unit)
-        info = json.loads(str(part["info"]))
-        for w in info.get("warnings", []):
-            if w not in warnings:
-                warnings.append(w)
-        scores = np.asarray(part["scores"], dtype=np.float64)
-        membership = np.asarray(part["membership"], dtype=bool)
-        attack = info["attack"]
-        label = f"{attack} attack on {what}"
-        summary = score_summary(
-            f"byo-{attack}",
-            label,
-            scores[~membership],
-            scores[membership],
-            confidence_level=c,
-            hypotheses=("non-member", "member"),
-        )
-        notes = [coin_note]
-        if attack in _TRAINS_REFERENCES:
-            notes.append(RECIPE_NOTE)
-        summary["attack"] = {"name": attack, "options": info["options"], "notes": notes}
-        summary["target"] = {
-            **info.get("target", {"format": "scores", "source": info.get("source")}),
-            "membership_by_coin": t.membership_by_coin,
-            "audited": int(membership.size),
-            "members": int(membership.sum()),
-        }
-        if "accuracy" in info:
-            summary["target"]["accuracy"] = info["accuracy"]
-        tests.append(summary)
-        one_run = one_run_bound(
-            scores,
-            membership,
-            guesses_per_side=max(1, int(DEFAULT_GUESS_FRACTION * scores.size)),
-            delta=delta,
-            confidence_level=c,
-        )
-        if not t.membership_by_coin:
-            # Without fair coins the one-run theorem's premise fails (Steinke et al. 2023,
-            # §3): the same count is only a description of the attack.
-            one_run = dataclasses.replace(one_run, validity="heuristic")
-        comparisons.append(Comparison(label, "epsilon", one_run, None, "none", False))
-        try:
-            # Rows share one trained model, so they are not independent trials: heuristic.
-            heuristic = epsilon_lower_bound(
-                scores[~membership],
-                scores[membership],
-                delta=delta,
-                confidence_level=c,
-                threshold="split",
-                seed=config.audit.seed,
-                validity="heuristic",
-            )
-        except InsufficientTrialsError as exc:
-            summary["attack"]["notes"].append(f"heuristic epsilon: {exc}")
-        else:
-            comparisons.append(Comparison(label, "epsilon", heuristic, None, "none", False))
-    return KindOutcome(tests, comparisons, [], warnings, stats)

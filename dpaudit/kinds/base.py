@@ -1,0 +1,196 @@
+"""The contract every audit kind fulfils, and the verdict's one confidence budget.
+
+An audit kind (``mechanism``, ``membership``, ...) is an :class:`AuditKind` registered in
+:mod:`dpaudit.kinds`. The audit (:func:`dpaudit.audit.run_audit`) drives every kind through
+the same four steps, in the manner of dp-accounting's ``compose()``, which asks "can I
+handle this?" before it does anything:
+
+1. ``check(section, shared)`` when the file loads: cross-table rules (the tables a kind
+   needs are present, options fit together). Raises ``ValueError`` with one line.
+2. ``plan(section, context)``: the kind's work units, each a pure function of a
+   picklable spec and the unit's name, and the data that names them in the store (the
+   unit key covers exactly what changes a unit's outputs: never ``[gate]``,
+   ``[report]``, ``[execution]`` apart from ``unit_size``, the confidence level or δ).
+3. ``comparisons(section, context, outputs)``: how many lower-vs-upper comparisons the kind
+   will put into the verdict, once its units are stored and before any bound is computed,
+   so that the audit allocates ONE failure budget 1 − c over every comparison of every
+   kind (:class:`VerdictBudget`).
+4. ``summarise(section, context, outputs, level=...)``: stored raw outputs (scores, counts,
+   records) → tests and comparisons; every in-verdict bound at ``level``.
+
+A kind receives its own validated table and a :class:`RunContext`, never the whole
+audit file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar
+
+import numpy as np
+
+from dpaudit.errors import ConfigError
+from dpaudit.results import Comparison, TestSummary
+from dpaudit.sections import (
+    DataSection,
+    ModelSection,
+    Table,
+    TargetSection,
+    TrainingSection,
+)
+
+#: A work unit: ``fn(spec, unit name) -> arrays``; top-level, so processes can pickle it.
+UnitFn = Callable[[Any, str], dict[str, np.ndarray]]
+#: Stored outputs of a kind: unit name → that unit's arrays.
+Outputs = Mapping[str, Mapping[str, np.ndarray]]
+
+S = TypeVar("S", bound=Table)
+
+
+@dataclass(frozen=True)
+class SharedTables:
+    """The shared tables a kind may read (``[data]``, ``[model]``, ``[training]``, ``[target]``)."""
+
+    data: DataSection | None = None
+    model: ModelSection = field(default_factory=ModelSection)
+    training: TrainingSection = field(default_factory=TrainingSection)
+    target: TargetSection = field(default_factory=TargetSection)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a kind knows of the audit beyond its own table.
+
+    Attributes:
+        seed: ``[audit] seed``.
+        confidence_level: c of the verdict (and of every descriptive interval).
+        delta: δ at which ε is measured and accounted.
+        base_dir: the audit file's folder: relative paths and user plug-ins resolve here.
+        unit_size: ``[execution] unit_size``, how many trials a unit holds (it cuts the
+            work, so it is part of what a unit is).
+        shared: the shared tables.
+    """
+
+    seed: int
+    confidence_level: float
+    delta: float
+    base_dir: Path
+    unit_size: int = 25_000
+    shared: SharedTables = field(default_factory=SharedTables)
+
+    def resolve(self, path: str | Path) -> Path:
+        """``path`` relative to the audit file's folder."""
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else (self.base_dir / p).resolve()
+
+
+@dataclass(frozen=True)
+class UnitPlan:
+    """A kind's work: the unit function, its input, the unit names and their store key.
+
+    Attributes:
+        fn: ``fn(spec, unit) -> dict of arrays`` (a pure function).
+        spec: the picklable input every unit of this kind receives.
+        units: unit names, in the order to run them.
+        key_data: JSON-able data covering everything that changes the units' outputs;
+            its hash names the folder the units are stored in.
+        description: what the progress bar says while these units run.
+    """
+
+    fn: UnitFn
+    spec: Any
+    units: tuple[str, ...]
+    key_data: Mapping[str, Any]
+    description: str
+
+    def key(self, kind: str) -> str:
+        text = json.dumps({"kind": kind, **self.key_data}, sort_keys=True, default=str)
+        return f"{kind}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+@dataclass(frozen=True)
+class KindSummary:
+    """What one kind contributes to the result (built whole, never amended)."""
+
+    tests: tuple[TestSummary, ...] = ()
+    comparisons: tuple[Comparison, ...] = ()
+    attribute: tuple[Mapping[str, Any], ...] = ()
+    warnings: tuple[str, ...] = ()
+    data_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class VerdictBudget:
+    """ONE failure budget 1 − c spread over every comparison that enters the verdict.
+
+    The verdict says "violation" when ANY in-verdict lower bound exceeds its upper bound.
+    By the union bound (Bonferroni), if each of the k bounds fails with probability at
+    most (1 − c)/k, the probability that any of them fails is at most 1 − c: the verdict
+    then holds at confidence c whatever the kinds, however the bounds depend on each
+    other. Bounds outside the verdict (heuristic, GDP-assuming, no upper bound) are
+    computed at c itself and take no share.
+
+    Attributes:
+        confidence_level: c of the verdict.
+        comparisons: k, the in-verdict comparisons counted over every kind.
+    """
+
+    confidence_level: float
+    comparisons: int
+
+    @property
+    def level(self) -> float:
+        """The confidence level of each in-verdict bound: 1 − (1 − c)/k (c when k = 0)."""
+        return 1.0 - (1.0 - self.confidence_level) / max(self.comparisons, 1)
+
+
+class AuditKind(ABC, Generic[S]):
+    """One audit kind: its table schema, its units and its summary.
+
+    Class attributes:
+        name: the kind's name in ``[audit] kinds`` and its table's name.
+        section: the pydantic model of its table (unknown keys are errors).
+        description: one line for ``dpaudit init --kind`` and messages.
+    """
+
+    name: ClassVar[str]
+    section: type[S]
+    description: ClassVar[str] = ""
+
+    def check(self, section: S, shared: SharedTables) -> None:  # noqa: B027 - optional hook
+        """Cross-table rules, checked when the file loads; raise ``ValueError`` with one line."""
+
+    def check_runnable(self, section: S, context: RunContext) -> None:  # noqa: B027
+        """What can be checked before work starts (plug-ins import, ...); raise DpauditError."""
+
+    @abstractmethod
+    def plan(self, section: S, context: RunContext) -> UnitPlan:
+        """The kind's work units."""
+
+    @abstractmethod
+    def comparisons(self, section: S, context: RunContext, outputs: Outputs) -> int:
+        """How many comparisons this kind puts into the verdict (given its stored units)."""
+
+    @abstractmethod
+    def summarise(
+        self, section: S, context: RunContext, outputs: Outputs, *, level: float
+    ) -> KindSummary:
+        """Turn stored unit outputs into tests and comparisons (in-verdict ones at ``level``)."""
+
+
+def unit_index(unit: str) -> int:
+    """The trailing number of a unit name such as ``mechanism-00003``."""
+    try:
+        return int(unit.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        raise ConfigError(f"not a numbered unit name: {unit!r}") from None
+
+
+def stream_seed(seed: int, *purpose: int) -> int:
+    """A 32-bit seed for one purpose of one kind, derived from the audit seed."""
+    return int(np.random.SeedSequence([seed, *purpose]).generate_state(1)[0])

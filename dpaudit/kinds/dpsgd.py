@@ -1,0 +1,749 @@
+"""The ``dpsgd`` kind: canary audits of DP training, many runs and one run.
+
+Many runs: 2·``trials`` models are trained by the configured trainer on the same data,
+the odd-numbered ones with the canary, the even-numbered ones without; each model gives
+one score (black-box: minus the canary's loss on the final model; white-box: the sum over
+steps of the privatised update's projection on a Dirac gradient canary). The scores of
+the two arms are independent trials of H0 (canary out) and H1 (canary in), so the ε and
+μ lower bounds of :mod:`dpaudit.bounds` are ``rigorous-multi-run``. They are held against
+the upper bounds read from what the trainer says it RAN (its DPSGDRecords through the
+accountant, or its Claim) by :mod:`dpaudit.upper_bounds`.
+
+One run: m Dirac canaries on m distinct coordinates that no real example's gradient
+touches, each included by an independent fair coin in ONE DP-SGD run; the auditor guesses
+"in" for the r/2 largest scores and "out" for the r/2 smallest, and the number of correct
+guesses gives the one-run bound (Steinke, Nasr, Jagielski 2023, Thm. 3.1).
+
+Units store raw outputs only (scores, arm flags, records or claims); every bound is
+computed in :meth:`DpsgdKind.summarise`, after the store.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import numpy as np
+from pydantic import Field, ValidationError, model_validator
+
+from dpaudit.bounds import (
+    EpsilonBound,
+    MuBound,
+    epsilon_lower_bound,
+    mu_from_rates,
+    mu_lower_bound,
+    one_run_epsilon_lower_bound,
+)
+from dpaudit.canaries import INPUT_CANARY_KINDS
+from dpaudit.errors import ConfigError, DataError
+from dpaudit.executors import UnitStats, run_units
+from dpaudit.kinds.base import (
+    AuditKind,
+    KindSummary,
+    Outputs,
+    RunContext,
+    UnitPlan,
+    stream_seed,
+    unit_index,
+)
+from dpaudit.mechanisms import Claim
+from dpaudit.results import (
+    Comparison,
+    TestSummary,
+    gdp_implied_comparison,
+    score_summary,
+    theory_curves,
+)
+from dpaudit.sections import Table, TrainingSection
+from dpaudit.store import RunStore
+from dpaudit.upper_bounds import (
+    UpperBound,
+    from_claim,
+    from_records,
+    record_arrays,
+    records_from_arrays,
+)
+
+if TYPE_CHECKING:
+    from dpaudit.models import ModelSpec
+    from dpaudit.trainers import TrainerOutput
+    from dpaudit.training import TrainingSpec
+
+__all__ = [
+    "BUILTIN_TRAINERS",
+    "DpsgdKind",
+    "DpsgdOutcome",
+    "DpsgdSection",
+    "DpsgdSpec",
+    "dpsgd_unit",
+    "one_run_guesses",
+    "run_dpsgd_from_section",
+]
+
+#: Distinguishes this kind's random streams from other kinds' under the same audit seed.
+_STREAM_DPSGD = 2
+#: The trainers of :data:`dpaudit.trainers.TRAINERS` (kept here so that validating an
+#: audit file needs no torch; a test checks the two agree).
+BUILTIN_TRAINERS = ("dpsgd", "dpgd", "output-perturbation", "multiparty", "plain")
+_ENGINE_TRAINERS = ("dpsgd", "dpgd")
+_ONE_RUN_UNIT = "dpsgd-one-run"
+
+
+class DpsgdTrainingSection(TrainingSection):
+    """``[dpsgd.training]``: the shared ``[training]`` schema; only ``epochs`` defaults to 1."""
+
+    epochs: Annotated[int, Field(ge=1)] = 1
+
+
+class OneRunSection(Table):
+    """``[dpsgd.one_run]``: m canaries in one run, r guesses (top r/2 and bottom r/2)."""
+
+    canaries: Annotated[int, Field(ge=2, le=100_000)] = 1000
+    guesses: Annotated[int, Field(ge=2)] = 100
+
+    @model_validator(mode="after")
+    def _guesses_fit(self) -> OneRunSection:
+        if self.guesses > self.canaries or self.guesses % 2:
+            raise ValueError("'guesses' must be even and at most 'canaries'")
+        return self
+
+
+class DpsgdSection(Table):
+    """``[dpsgd]``: a canary audit of a training procedure.
+
+    Attributes:
+        dataset: ``"synthetic"`` (two Gaussian classes) or a name for
+            :func:`dpaudit.data.load_dataset` (``"sklearn:digits"``, ``"csv:path"``, ...).
+        label: the label column for csv/parquet (or ``"col>value"``).
+        rows: keep this many rows (seeded choice); synthetic: how many to make.
+        features: synthetic only: number of features.
+        zero_features: all-zero feature columns appended; a Dirac canary sits on the
+            first layer's weight of one of them, which no real gradient touches.
+        normalize: scale every row (canary included) to norm ≤ 1 (needed by the ERM
+            trainers, whose loss must be 1-Lipschitz).
+        model: ``"logistic"`` or ``"mlp"`` (with ``hidden``).
+        training: the shared training table (``epochs`` defaults to 1 here).
+        trainer: a registered trainer (:data:`BUILTIN_TRAINERS`) or ``"pkg.module:function"``.
+        options: trainer options (``epsilon``, ``lam``, ``parties``, or a user trainer's).
+        canary: ``mislabeled`` | ``ood`` | ``clipbkd`` (input rows) | ``dirac`` (gradient).
+        threat_model: ``black-box`` (final model's canary loss) or ``white-box`` (sum over
+            steps of the update's projection on the Dirac canary).
+        trials: models per arm (with and without the canary).
+        threshold: ``split`` or ``bonferroni`` (see :mod:`dpaudit.bounds`).
+        models_per_unit: models per work unit (default ``[execution] unit_size``, capped).
+        one_run: optional one-run audit.
+    """
+
+    dataset: str = "synthetic"
+    label: str | None = None
+    rows: Annotated[int, Field(ge=2)] | None = None
+    features: Annotated[int, Field(ge=1)] = 4
+    zero_features: Annotated[int, Field(ge=0)] | None = None
+    normalize: bool = False
+    model: Literal["logistic", "mlp"] = "logistic"
+    hidden: list[Annotated[int, Field(ge=1)]] = [32]
+    training: DpsgdTrainingSection = DpsgdTrainingSection()
+    trainer: str = "dpsgd"
+    options: dict[str, float | int | str] = {}
+    canary: Literal["mislabeled", "ood", "clipbkd", "dirac"] = "dirac"
+    threat_model: Literal["black-box", "white-box"] = "white-box"
+    trials: Annotated[int, Field(ge=0, le=10_000_000)] = 1000
+    threshold: Literal["split", "bonferroni"] = "split"
+    models_per_unit: Annotated[int, Field(ge=1)] | None = None
+    one_run: OneRunSection | None = None
+
+    @property
+    def full_batch(self) -> bool:
+        return self.trainer == "dpgd" or self.training.full_batch
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DpsgdSection:
+        t = self.trainer
+        if t not in BUILTIN_TRAINERS and ":" not in t:
+            raise ValueError(
+                f"unknown trainer {t!r}; allowed: {', '.join(BUILTIN_TRAINERS)} or "
+                "'pkg.module:function'"
+            )
+        if (self.canary == "dirac") != (self.threat_model == "white-box"):
+            raise ValueError(
+                "a 'dirac' gradient canary is observed white-box and input canaries "
+                f"({', '.join(INPUT_CANARY_KINDS)}) black-box; got canary={self.canary!r} "
+                f"with threat_model={self.threat_model!r}"
+            )
+        if t in _ENGINE_TRAINERS and self.training.dp is None:
+            raise ValueError(f"the {t!r} trainer needs [dpsgd.training.dp]")
+        if self.threat_model == "white-box" and t in ("plain", "output-perturbation", "multiparty"):
+            raise ValueError(f"the {t!r} trainer supports black-box audits only")
+        if t in ("output-perturbation", "multiparty"):
+            need = ["epsilon", "lam"] + (["parties"] if t == "multiparty" else [])
+            missing = [k for k in need if k not in self.options]
+            if missing:
+                raise ValueError(f"the {t!r} trainer needs options {missing}")
+        problem = self.training.target_mu_problem(full_batch=self.full_batch)
+        if problem is not None:
+            raise ValueError(problem)
+        if self.trials == 0 and self.one_run is None:
+            raise ValueError("set 'trials' > 0, or a [dpsgd.one_run] table, or both")
+        if self.one_run is not None and (t != "dpsgd" or self.canary != "dirac"):
+            raise ValueError("[dpsgd.one_run] audits the 'dpsgd' trainer with 'dirac' canaries")
+        return self
+
+
+class DpsgdSpec(Table):
+    """What a dpsgd unit depends on: a pure, picklable function input."""
+
+    section: DpsgdSection
+    seed: int
+    unit_size: int
+    base_dir: str
+
+
+# ---------------------------------------------------------------------------- the setup
+
+
+@dataclass(frozen=True)
+class _Setup:
+    X: np.ndarray
+    y: np.ndarray
+    num_classes: int
+    canary_row: int | None
+    direction: np.ndarray | None
+    model: ModelSpec
+    training: TrainingSpec
+
+
+def _stream_seed(seed: int, *purpose: int) -> int:
+    return stream_seed(seed, _STREAM_DPSGD, *purpose)
+
+
+def _load_data(s: DpsgdSection, seed: int, base_dir: str) -> tuple[np.ndarray, np.ndarray, int]:
+    if s.dataset == "synthetic":
+        rng = np.random.default_rng([_stream_seed(seed, 1)])
+        n = s.rows or 200
+        y = rng.integers(0, 2, n)
+        centre = np.zeros(s.features)
+        centre[0] = 1.0
+        X = rng.standard_normal((n, s.features)) * 0.5 + np.where(y[:, None] == 1, centre, -centre)
+        return X.astype(np.float32), y.astype(np.int64), 2
+    from dpaudit.data import Standardizer, load_dataset
+
+    data = load_dataset(s.dataset, label=s.label, base_dir=base_dir)
+    X, y = data.X, data.y
+    if s.rows is not None and s.rows < X.shape[0]:
+        keep = np.sort(
+            np.random.default_rng([_stream_seed(seed, 2)]).permutation(X.shape[0])[: s.rows]
+        )
+        X, y = X[keep], y[keep]
+    X = Standardizer.fit(X).transform(X)
+    return X.astype(np.float32), y.astype(np.int64), data.num_classes
+
+
+@functools.lru_cache(maxsize=8)
+def _setup_cached(section_json: str, seed: int, base_dir: str) -> _Setup:
+    from dpaudit.canaries import dirac_direction, input_canary, with_zero_feature
+    from dpaudit.models import ModelSpec, layer_shapes
+    from dpaudit.recipes import training_spec
+
+    s = DpsgdSection.model_validate_json(section_json)
+    X, y, num_classes = _load_data(s, seed, base_dir)
+    canary_row = None
+    zero = s.zero_features if s.zero_features is not None else (1 if s.canary == "dirac" else 0)
+    if zero:
+        # Appended before an input canary is made: ClipBKD then finds the all-zero column
+        # as the direction of least variance, where no real example pulls the model.
+        X = with_zero_feature(X, zero)
+    if s.canary in INPUT_CANARY_KINDS:
+        c = input_canary(s.canary, X, y, seed=_stream_seed(seed, 3), num_classes=num_classes)
+        X = np.concatenate([X, c.x[None, :].astype(np.float32)])
+        y = np.concatenate([y, [c.y]]).astype(np.int64)
+        canary_row = X.shape[0] - 1
+    if s.normalize:
+        X = (X / np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))).astype(np.float32)
+    model = ModelSpec(kind=s.model, hidden=tuple(s.hidden))
+    shapes = layer_shapes(model, X.shape[1], num_classes)
+    num_parameters = sum(o * i + o for o, i in shapes)
+    direction = None
+    if s.canary == "dirac":
+        # First layer, unit 0, weight on the last feature: flat index 0·d + (d − 1). When
+        # that feature is all-zero, every real gradient is 0 there (∂/∂W = δ·aᵀ, a = 0).
+        direction = dirac_direction(num_parameters, X.shape[1] - 1)
+    # The canary row is an extra record: q and T are those of the real rows.
+    members = int(X.shape[0]) - (canary_row is not None)
+    training = training_spec(s.training, members=members, full_batch=s.full_batch)
+    return _Setup(X, y, num_classes, canary_row, direction, model, training)
+
+
+def _setup(spec: DpsgdSpec) -> _Setup:
+    return _setup_cached(spec.section.model_dump_json(), spec.seed, spec.base_dir)
+
+
+# ------------------------------------------------------------------------------- units
+
+
+def _total_models(s: DpsgdSection) -> int:
+    return 2 * s.trials
+
+
+def _unit_names(spec: DpsgdSpec) -> tuple[str, ...]:
+    n = math.ceil(_total_models(spec.section) / spec.unit_size)
+    units = [f"dpsgd-{i:05d}" for i in range(n)]
+    if spec.section.one_run is not None:
+        units.append(_ONE_RUN_UNIT)
+    return tuple(units)
+
+
+def dpsgd_unit(spec: DpsgdSpec, unit: str) -> dict[str, np.ndarray]:
+    """Train one unit of models and return their scores and what they ran."""
+    from dpaudit.trainers import CanarySetup, TrainerSettings, coerce_output, get_trainer
+
+    if unit == _ONE_RUN_UNIT:
+        return _one_run_unit(spec)
+    s = spec.section
+    start = unit_index(unit) * spec.unit_size
+    stop = min(_total_models(s), start + spec.unit_size)
+    setup = _setup(spec)
+    # Model g is "in" iff g is odd: both arms in every unit, so a partial run stays balanced.
+    included = (np.arange(start, stop) % 2) == 1
+    membership = np.ones((stop - start, setup.X.shape[0]), dtype=bool)
+    if setup.canary_row is not None:
+        membership[:, setup.canary_row] = included
+    canary = CanarySetup(
+        kind=s.canary,
+        threat_model=s.threat_model,
+        included=included,
+        row=setup.canary_row,
+        direction=setup.direction,
+    )
+    settings = TrainerSettings(
+        model=setup.model,
+        training=setup.training,
+        num_classes=setup.num_classes,
+        model_offset=start,
+        options=dict(s.options),
+    )
+    trainer = get_trainer(s.trainer, base_dir=spec.base_dir)
+    out = coerce_output(
+        trainer(
+            setup.X,
+            setup.y,
+            membership,
+            seed=_stream_seed(spec.seed, 4),
+            canary=canary,
+            settings=settings,
+        ),
+        num_models=stop - start,
+        name=s.trainer,
+    )
+    return {"included": included, "scores": _scores(out, setup), **_ran_arrays(out)}
+
+
+def _scores(out: TrainerOutput, setup: _Setup) -> np.ndarray:
+    import torch
+
+    if out.scores is not None:
+        return np.asarray(out.scores, dtype=np.float64).reshape(-1)
+    if setup.canary_row is None or out.models is None:
+        raise ConfigError("A trainer returning models needs an input-space canary to score.")
+    x = setup.X[setup.canary_row : setup.canary_row + 1]
+    y = setup.y[setup.canary_row : setup.canary_row + 1]
+    # Black-box score: minus the canary's loss on the final model (lower loss ⇒ "in").
+    double = out.models.dtype == torch.float64
+    losses = out.models.losses(x.astype(np.float64) if double else x, y)
+    scores: np.ndarray = -losses[:, 0].double().numpy()
+    if not np.all(np.isfinite(scores)):
+        raise DataError("A model gave the canary an infinite or NaN loss.")
+    return scores
+
+
+def _ran_arrays(out: TrainerOutput) -> dict[str, np.ndarray]:
+    from dpaudit.records import DPSGDRecord
+
+    if out.records is not None:
+        if any(not isinstance(r, DPSGDRecord) for r in out.records):
+            raise ConfigError("Trainer records must be DPSGDRecord objects (DP training).")
+        return record_arrays(out.records)
+    c = out.claim
+    assert c is not None  # TrainerOutput guarantees records or claim
+    nan = float("nan")
+    return {
+        "claim": np.array(
+            [c.epsilon if c.epsilon is not None else nan, c.delta, c.mu if c.mu is not None else nan]
+        )
+    }
+
+
+# ------------------------------------------------------------------------------ one run
+
+
+class _OneRunCanaries:
+    """Adds m Dirac canaries to the privatised gradient of ONE model and sums projections.
+
+    Each included canary joins a step with the model's Poisson rate q (always, when full
+    batch), adding C / (expected batch size) to its coordinate of the privatised gradient:
+    a record whose gradient has norm C (the clipping bound), summed before the division
+    by q·n, exactly what the engine does for one gradient canary.
+    """
+
+    def __init__(
+        self,
+        indices: np.ndarray,
+        included: np.ndarray,
+        *,
+        q: float,
+        clip: float,
+        denominator: float,
+        seed: int,
+        full_batch: bool,
+    ) -> None:
+        import torch
+
+        self.indices = torch.as_tensor(indices)
+        self.included = included
+        self.q = q
+        self.add = clip / denominator
+        self.rng = np.random.default_rng([seed, 9])
+        self.full_batch = full_batch
+        self.sums = np.zeros(indices.size)
+        self._torch = torch
+
+    def __call__(self, info: Any) -> None:
+        torch = self._torch
+        if not bool(info.active[0]):
+            return
+        m = self.indices.numel()
+        coins = np.ones(m, dtype=bool) if self.full_batch else self.rng.random(m) < self.q
+        bump = torch.as_tensor((coins & self.included) * self.add, dtype=info.gradients.dtype)
+        info.gradients[0, self.indices] += bump
+        self.sums += info.gradients[0, self.indices].double().numpy()
+
+
+def _one_run_unit(spec: DpsgdSpec) -> dict[str, np.ndarray]:
+    from dpaudit.canaries import with_zero_feature
+    from dpaudit.training import train_many
+
+    s = spec.section
+    one = s.one_run
+    assert one is not None  # only listed when configured
+    base = _setup(spec)
+    m = one.canaries
+    if s.model != "logistic":
+        raise ConfigError("The one-run audit puts its canaries on a logistic regression.")
+    # One all-zero feature per canary: canary j is class 0's weight on zero feature j.
+    real = base.X[:, : base.X.shape[1] - (1 if base.direction is not None else 0)]
+    X = with_zero_feature(real, m)
+    d = X.shape[1]
+    indices = np.arange(d - m, d)  # flat index c·d + j with c = 0
+    included = np.random.default_rng([_stream_seed(spec.seed, 5)]).random(m) < 0.5
+    training = base.training
+    n = X.shape[0]
+    q = 1.0 if training.full_batch else training.batch_size / n
+    dp = training.dp
+    assert dp is not None  # the schema requires dp for the dpsgd trainer
+    observer = _OneRunCanaries(
+        indices,
+        included,
+        q=q,
+        clip=dp.clipping_norm,
+        denominator=q * n,
+        seed=_stream_seed(spec.seed, 6),
+        full_batch=training.full_batch,
+    )
+    result = train_many(
+        X,
+        base.y,
+        np.ones((1, n), dtype=bool),
+        model=base.model,
+        training=training,
+        seed=_stream_seed(spec.seed, 7),
+        num_classes=base.num_classes,
+        step_observer=observer,
+    )
+    r = result.records[0]
+    assert r is not None
+    return {
+        "one_run_scores": observer.sums,
+        "one_run_included": included,
+        **record_arrays([r]),
+    }
+
+
+def one_run_guesses(scores: np.ndarray, included: np.ndarray, guesses: int) -> tuple[int, int]:
+    """Guess "in" for the r/2 largest scores and "out" for the r/2 smallest.
+
+    Returns (guesses, correct). Ties are broken by a stable sort (index order), which does
+    not depend on the coins, so the guesses stay a function of the scores alone.
+
+    References:
+        Steinke, Nasr, Jagielski 2023, Alg. 1 (abstain on all but k₊ + k₋ canaries).
+    """
+    order = np.argsort(scores, kind="stable")
+    half = guesses // 2
+    correct = int(np.sum(~included[order[:half]]) + np.sum(included[order[-half:]]))
+    return guesses, correct
+
+
+# ----------------------------------------------------------------------- upper bounds
+
+
+def _claim_upper(parts: list[Mapping[str, np.ndarray]], delta: float) -> UpperBound:
+    claims = np.concatenate([p["claim"].reshape(1, 3) for p in parts])
+
+    def largest(column: np.ndarray) -> float | None:
+        # The claim must cover every model: keep the weakest (largest) one stated.
+        finite_or_inf = column[~np.isnan(column)]
+        return float(finite_or_inf.max()) if finite_or_inf.size else None
+
+    claim = Claim(
+        epsilon=largest(claims[:, 0]), delta=float(claims[:, 1].max()), mu=largest(claims[:, 2])
+    )
+    return from_claim(claim, delta)
+
+
+def _many_run_upper(many: list[Mapping[str, np.ndarray]], delta: float) -> UpperBound | None:
+    if not many:
+        return None
+    if "claim" in many[0]:
+        return _claim_upper(many, delta)
+    return from_records(records_from_arrays(many), delta)
+
+
+# ----------------------------------------------------------------------------- summary
+
+
+def _many_run_bounds(
+    s: DpsgdSection, upper: UpperBound, neg: np.ndarray, pos: np.ndarray, *, level: float, seed: int
+) -> tuple[EpsilonBound, MuBound]:
+    """The ε and μ lower bounds of the two arms, each at the verdict's per-bound level."""
+    eps_lb = epsilon_lower_bound(
+        neg, pos, delta=upper.epsilon_delta, confidence_level=level, threshold=s.threshold,
+        seed=seed,
+    )  # fmt: skip
+    mu_lb = mu_lower_bound(neg, pos, confidence_level=level, threshold=s.threshold, seed=seed)
+    if upper.mu_tail > 0 and mu_lb.fpr is not None and mu_lb.fnr is not None:
+        # Against a bracket with tail δ t: f_A(α) ≥ G_high(α + t) − t (MuBracket), so a
+        # test with rates (α, β) proves μ_high ≥ Φ⁻¹(1 − (α + t)) − Φ⁻¹(β + t). The
+        # lower bound held against μ_high uses the upper limits inflated by t.
+        t = upper.mu_tail
+        mu_lb = replace(
+            mu_lb,
+            value=float(mu_from_rates(mu_lb.fpr.high + t, mu_lb.fnr.high + t)),
+            details={**mu_lb.details, "bracket_tail_delta": t},
+        )
+    return eps_lb, mu_lb
+
+
+def _many_run_test(
+    s: DpsgdSection, upper: UpperBound, neg: np.ndarray, pos: np.ndarray, mu_lb: MuBound, c: float
+) -> TestSummary:
+    label = _label(s)
+    curves = theory_curves(
+        epsilon=upper.epsilon, delta=upper.epsilon_delta, mu=upper.mu, label=f"{upper.source}: "
+    ) + theory_curves(mu=mu_lb.value if mu_lb.value > 0 else None, label="lower bound: ")
+    return score_summary(
+        "dpsgd", label, neg, pos, confidence_level=c, hypotheses=("canary out", "canary in")
+    ).with_details(
+        theory_curves=curves,
+        dpsgd={
+            "trainer": s.trainer,
+            "canary": s.canary,
+            "threat_model": s.threat_model,
+            "trials_per_arm": int(neg.size),
+            "upper_bound": {
+                "epsilon": upper.epsilon,
+                "delta": upper.epsilon_delta,
+                "mu": upper.mu,
+                "source": upper.source,
+                **upper.detail,
+            },
+        },
+    )
+
+
+def _label(s: DpsgdSection) -> str:
+    return f"{s.canary} canary, {s.threat_model}, trainer {s.trainer}"
+
+
+def _one_run_comparison(
+    one: Mapping[str, np.ndarray], s: DpsgdSection, *, delta: float, level: float
+) -> Comparison:
+    assert s.one_run is not None
+    r, v = one_run_guesses(
+        one["one_run_scores"], one["one_run_included"].astype(bool), s.one_run.guesses
+    )
+    bound = one_run_epsilon_lower_bound(
+        canaries=s.one_run.canaries, guesses=r, correct=v, delta=delta, confidence_level=level
+    )
+    upper = from_records(records_from_arrays([one]), delta, with_mu=False)
+    label = f"one run, {s.one_run.canaries} dirac canaries, trainer {s.trainer}"
+    return Comparison(label, "epsilon", bound, upper.epsilon, "accountant ε", True)
+
+
+def _unit_size(s: DpsgdSection, default: int) -> int:
+    # The execution default (25 000, sized for scalar mechanism samples) is too coarse for
+    # models: cap at 2 000 so a killed run loses little and workers share the load.
+    return s.models_per_unit or max(1, min(default, 2000))
+
+
+def _split(outputs: Outputs) -> tuple[list[Mapping[str, np.ndarray]], Mapping[str, np.ndarray] | None]:
+    many = [outputs[u] for u in sorted(outputs) if u != _ONE_RUN_UNIT]
+    return many, outputs.get(_ONE_RUN_UNIT)
+
+
+class DpsgdKind(AuditKind[DpsgdSection]):
+    name = "dpsgd"
+    section = DpsgdSection
+    description = "canary audits of DP training (DP-SGD, DP-GD, ERM trainers, yours)"
+
+    def check_runnable(self, section: DpsgdSection, context: RunContext) -> None:
+        if ":" in section.trainer:
+            from dpaudit.trainers import get_trainer
+
+            get_trainer(section.trainer, base_dir=str(context.base_dir))
+
+    def plan(self, section: DpsgdSection, context: RunContext) -> UnitPlan:
+        spec = DpsgdSpec(
+            section=section,
+            seed=context.seed,
+            unit_size=_unit_size(section, context.unit_size),
+            base_dir=str(context.base_dir),
+        )
+        return UnitPlan(
+            fn=dpsgd_unit,
+            spec=spec,
+            units=_unit_names(spec),
+            key_data=spec.model_dump(mode="json", exclude={"base_dir"}),
+            description="training canary models",
+        )
+
+    def comparisons(self, section: DpsgdSection, context: RunContext, outputs: Outputs) -> int:
+        many, one = _split(outputs)
+        upper = _many_run_upper(many, context.delta)
+        k = int(one is not None)  # held against the one run's own accountant ε
+        if upper is not None:
+            # An infinite claim (the plain trainer's ε = ∞) can never be violated: it is
+            # reported but kept out of the verdict, so it takes no share of the budget.
+            k += int(upper.epsilon_finite) + int(upper.mu_finite)
+        return k
+
+    def summarise(
+        self, section: DpsgdSection, context: RunContext, outputs: Outputs, *, level: float
+    ) -> KindSummary:
+        s, delta = section, context.delta
+        many, one = _split(outputs)
+        upper = _many_run_upper(many, delta)
+        comparisons: list[Comparison] = []
+        tests: list[TestSummary] = []
+        warnings: list[str] = []
+        if upper is not None:
+            scores = np.concatenate([p["scores"] for p in many])
+            inc = np.concatenate([p["included"] for p in many]).astype(bool)
+            neg, pos = scores[~inc], scores[inc]
+            eps_lb, mu_lb = _many_run_bounds(s, upper, neg, pos, level=level, seed=context.seed)
+            label = _label(s)
+            comparisons.append(
+                Comparison(
+                    label, "epsilon", eps_lb, upper.epsilon, f"{upper.source} ε",
+                    upper.epsilon_finite,
+                )  # fmt: skip
+            )
+            mu_source = f"{upper.source} μ" if upper.mu is not None else "none"
+            comparisons.append(Comparison(label, "mu", mu_lb, upper.mu, mu_source, upper.mu_finite))
+            if mu_lb.value > 0 and upper.mu is not None and upper.mu_finite:
+                # Informational: the ε that μ_LB implies IF the trade-off curve is Gaussian
+                # ("assumes-gdp"); the white-box Dirac score of DP-GD is exactly Gaussian.
+                comparisons.append(
+                    gdp_implied_comparison(label, mu_lb, upper.mu, delta=delta, source=upper.source)
+                )
+            tests.append(_many_run_test(s, upper, neg, pos, mu_lb, context.confidence_level))
+            if eps_lb.value == 0.0 and mu_lb.value == 0.0:
+                warnings.append(
+                    f"{label}: no lower bound exceeds 0 with {neg.size} models per arm; the "
+                    "audit cannot tell this trainer from a perfectly private one."
+                )
+        if one is not None:
+            comparisons.append(_one_run_comparison(one, s, delta=delta, level=level))
+        return KindSummary(tuple(tests), tuple(comparisons), (), tuple(warnings), _data_hash(s))
+
+
+def _data_hash(s: DpsgdSection) -> str:
+    keys = ("dataset", "label", "rows", "features", "zero_features", "normalize", "canary")
+    return hashlib.sha256(
+        json.dumps({k: getattr(s, k) for k in keys}, sort_keys=True).encode()
+    ).hexdigest()
+
+
+KIND = DpsgdKind()
+
+
+# ---------------------------------------------------------------- without an audit file
+
+
+@dataclass(frozen=True)
+class DpsgdOutcome:
+    """What :func:`run_dpsgd_from_section` found."""
+
+    tests: tuple[TestSummary, ...]
+    comparisons: tuple[Comparison, ...]
+    warnings: tuple[str, ...]
+    units: UnitStats
+
+
+def run_dpsgd_from_section(
+    section: DpsgdSection | dict[str, Any],
+    *,
+    seed: int,
+    confidence_level: float = 0.95,
+    delta: float = 1e-5,
+    run_dir: str | Path,
+    workers: int = 1,
+    base_dir: str | Path = ".",
+    progress: Any = None,
+) -> DpsgdOutcome:
+    """Run a ``[dpsgd]`` audit without the rest of an audit file (tests, notebooks).
+
+    The same steps as :func:`dpaudit.audit.run_audit` for one kind: plan, run the missing
+    units into ``run_dir``, count the in-verdict comparisons, summarise with one budget.
+
+    Args:
+        section: the ``[dpsgd]`` table (validated here if a dict).
+        seed: the audit seed.
+        confidence_level: c; every in-verdict bound is at 1 − (1 − c)/k.
+        delta: δ of the ε comparisons.
+        run_dir: where the units are stored (a run resumes from them).
+        workers: worker processes.
+        base_dir: folder that user plug-ins and csv paths resolve against.
+        progress: optional ``(units just finished)`` callback.
+
+    Raises:
+        ConfigError: an invalid section (one line per pydantic's first error).
+    """
+    from dpaudit.kinds.base import VerdictBudget
+
+    if not isinstance(section, DpsgdSection):
+        try:
+            section = DpsgdSection.model_validate(section)
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            where = ".".join(str(p) for p in err["loc"]) or "dpsgd"
+            raise ConfigError(
+                f"[dpsgd] {where}: {err['msg'].removeprefix('Value error, ')}"
+            ) from None
+    context = RunContext(
+        seed=int(seed),
+        confidence_level=confidence_level,
+        delta=float(delta),
+        base_dir=Path(base_dir).resolve(),
+    )
+    plan = KIND.plan(section, context)
+    store = RunStore(Path(run_dir), plan.key(KIND.name))
+    stats = run_units(plan.fn, plan.spec, plan.units, store, workers=workers, progress=progress)
+    outputs = {u: store.load(u) for u in plan.units}
+    budget = VerdictBudget(confidence_level, KIND.comparisons(section, context, outputs))
+    summary = KIND.summarise(section, context, outputs, level=budget.level)
+    return DpsgdOutcome(summary.tests, summary.comparisons, summary.warnings, stats)

@@ -1,0 +1,426 @@
+"""The ``membership`` kind: membership inference on a target dpaudit trains, or on yours.
+
+Own targets (``[target] variants``): each audited row joins the target by an independent
+fair coin; the loss, shadow and LiRA attacks score the rows; a unit stores the coins,
+every attack's scores and the target's DP-SGD record — nothing that depends on the
+confidence level or δ, so changing those re-measures the same trained models. Brought
+targets (``[target] path`` / ``factory`` / ``scores``, :mod:`dpaudit.targets`): a unit
+per attack stores the scores and the user's membership.
+
+One summariser serves both: per attack a test (ROC, AUC, TPR at low FPR, advantage with
+intervals), the one-run ε lower bound (rigorous when membership was decided by fair
+coins: Steinke, Nasr, Jagielski 2023, Thm. 3.1), held against the accountant's ε of
+what ran when dpaudit trained the target with DP-SGD, and a heuristic bound that treats
+rows as independent trials (they share one model, so it proves nothing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from dpaudit.bounds import EpsilonBound, epsilon_lower_bound, mu_lower_bound
+from dpaudit.errors import InsufficientTrialsError
+from dpaudit.kinds import _targets
+from dpaudit.kinds.base import (
+    AuditKind,
+    KindSummary,
+    Outputs,
+    RunContext,
+    SharedTables,
+    UnitPlan,
+)
+from dpaudit.results import Comparison, TestSummary, score_summary, theory_curves
+from dpaudit.sections import ByoSpec, Table
+from dpaudit.upper_bounds import from_records
+
+_TRAINS_REFERENCES = ("shadow", "lira")
+#: Said wherever reference models stand in for the unknown training of a brought target.
+RECIPE_NOTE = (
+    "Shadow and LiRA reference models are trained with the recipe in [model]/[training]; "
+    "the attack's strength depends on how well that recipe matches the one that trained "
+    "the target."
+)
+
+
+class MembershipSection(Table):
+    """``[membership]``: the attacks and their reference models."""
+
+    attacks: Annotated[list[Literal["loss", "shadow", "lira"]], Field(min_length=1)] = [
+        "loss",
+        "shadow",
+        "lira",
+    ]
+    reference_models: Annotated[int, Field(ge=2)] = 64
+    shadow_models: Annotated[int, Field(ge=1)] = 16
+
+
+class OwnSpec(_targets.TargetSpec):
+    """An own target's units: the target recipe and the attacks."""
+
+    attacks: tuple[str, ...]
+    reference_models: int
+    shadow_models: int
+
+
+def own_unit(spec: OwnSpec, unit: str) -> dict[str, np.ndarray]:
+    """Train one target variant and score its audited rows with every attack."""
+    from dpaudit.membership import resolve_attacks, score_attacks
+
+    variant = unit.split("-", 2)[2]
+    dataset = _targets.load(spec)
+    target = _targets.train(spec, variant, dataset)
+    attacks = resolve_attacks(
+        spec.attacks,
+        num_reference_models=spec.reference_models,
+        num_shadow_models=spec.shadow_models,
+    )
+    scored = score_attacks(target, attacks, seed=spec.seed, device=spec.device)
+    coins = target.membership
+    from dpaudit.attacks.base import stack_logits
+
+    correct = stack_logits(target.models, target.audited_X)[0].argmax(axis=-1) == target.audited_y
+    info = {
+        "attacks": [{"attack": s.attack, "options": s.options, "seconds": s.seconds} for s in scored],
+        "accuracy": {
+            "members": float(correct[coins].mean()),
+            "non_members": float(correct[~coins].mean()),
+        },
+        "data_hash": dataset.data_hash,
+    }
+    return {
+        "membership": coins,
+        "scores": np.stack([s.scores for s in scored]),
+        "info": np.array(json.dumps(info)),
+        **_targets.store_record(target.record),
+    }
+
+
+def byo_spec(section: MembershipSection, context: RunContext) -> ByoSpec:
+    """The spec of a brought target's units (the file digest included)."""
+    from dpaudit.targets import target_digest
+
+    sh = context.shared
+    spec = ByoSpec(
+        data=sh.data,
+        target=sh.target,
+        model=sh.model,
+        training=sh.training,
+        attacks=tuple(section.attacks),
+        reference_models=section.reference_models,
+        shadow_models=section.shadow_models,
+        seed=context.seed,
+        base_dir=str(context.base_dir),
+    )
+    return spec.model_copy(update={"digest": target_digest(spec)})
+
+
+def own_spec(section: MembershipSection, context: RunContext) -> OwnSpec:
+    sh = context.shared
+    assert sh.data is not None  # checked when the file loads
+    return OwnSpec(
+        data=sh.data,
+        model=sh.model,
+        training=sh.training,
+        seed=context.seed,
+        base_dir=str(context.base_dir),
+        attacks=tuple(section.attacks),
+        reference_models=section.reference_models,
+        shadow_models=section.shadow_models,
+    )
+
+
+# ----------------------------------------------------------------------------- summary
+
+
+@dataclass(frozen=True)
+class _Scored:
+    """One attack's stored scores on one target, with what the summary needs."""
+
+    test_id: str
+    label: str
+    attack: str
+    scores: np.ndarray
+    membership: np.ndarray
+    seed: int
+    upper: float | None
+    details: dict[str, Any]
+
+
+def _heuristic(s: _Scored, *, delta: float, c: float) -> tuple[EpsilonBound | None, list[str]]:
+    """ε (and μ, for the note only) treating rows as independent trials: descriptive."""
+    neg, pos = s.scores[~s.membership], s.scores[s.membership]
+    notes: list[str] = []
+    eps = None
+    kw: dict[str, Any] = {"confidence_level": c, "threshold": "split", "seed": s.seed}
+    try:
+        eps = epsilon_lower_bound(neg, pos, delta=delta, validity="heuristic", **kw)
+    except InsufficientTrialsError as exc:
+        notes.append(f"heuristic epsilon: {exc}")
+    try:
+        mu_lower_bound(neg, pos, validity="heuristic", **kw)
+    except InsufficientTrialsError as exc:
+        notes.append(f"heuristic mu: {exc}")
+    return eps, notes
+
+
+def _summarise_one(
+    s: _Scored, context: RunContext, *, level: float, rigorous: bool
+) -> tuple[TestSummary, list[Comparison]]:
+    from dpaudit.membership import DEFAULT_GUESS_FRACTION, one_run_bound
+
+    c, delta = context.confidence_level, context.delta
+    summary = score_summary(
+        s.test_id,
+        s.label,
+        s.scores[~s.membership],
+        s.scores[s.membership],
+        confidence_level=c,
+        hypotheses=("non-member", "member"),
+    )
+    if s.upper is not None:
+        curves = theory_curves(epsilon=s.upper, delta=delta, label="accountant: ")
+        summary = summary.with_details(theory_curves=curves)
+    one_run = one_run_bound(
+        s.scores,
+        s.membership,
+        guesses_per_side=max(1, int(DEFAULT_GUESS_FRACTION * s.scores.size)),
+        delta=delta,
+        confidence_level=level if s.upper is not None else c,
+    )
+    if not rigorous:
+        # Without fair coins the one-run theorem's premise fails (Steinke et al. 2023,
+        # §3): the same count is only a description of the attack.
+        one_run = dataclasses.replace(one_run, validity="heuristic")
+    source = "accountant ε (PLD)" if s.upper is not None else "none"
+    comparisons = [Comparison(s.label, "epsilon", one_run, s.upper, source, s.upper is not None)]
+    heuristic, notes = _heuristic(s, delta=delta, c=c)
+    if heuristic is not None:
+        comparisons.append(Comparison(s.label, "epsilon", heuristic, s.upper, source, False))
+    details = dict(s.details)
+    attack = dict(details.pop("attack"))
+    attack["notes"] = list(attack.get("notes", [])) + notes
+    return summary.with_details(attack=attack, **details), comparisons
+
+
+def _own_scored(outputs: Outputs, context: RunContext) -> tuple[list[_Scored], str | None]:
+    """Every (variant, attack) of own targets, in the order the file lists them."""
+    from dpaudit.membership import attack_seed
+
+    out: list[_Scored] = []
+    data_hash = None
+    for unit in sorted(outputs, key=_variant_order):
+        part = outputs[unit]
+        variant = unit.split("-", 2)[2]
+        info = json.loads(str(part["info"]))
+        data_hash = info["data_hash"]
+        record = _targets.stored_record(part)
+        upper = None if record is None else from_records([record], context.delta, with_mu=False)
+        membership = np.asarray(part["membership"], dtype=bool)
+        attacks = info["attacks"]
+        for i, a in enumerate(attacks):
+            details: dict[str, Any] = {
+                "attack": {"name": a["attack"], "options": a["options"], "notes": []}
+            }
+            last = i == len(attacks) - 1
+            if last and record is not None:
+                details["record"] = record.to_dict()
+            scored = _Scored(
+                test_id=f"{variant}-{a['attack']}",
+                label=f"{a['attack']} on the {variant} target",
+                attack=a["attack"],
+                scores=np.asarray(part["scores"][i], dtype=np.float64),
+                membership=membership,
+                seed=attack_seed(context.seed, i),
+                upper=None if upper is None else upper.epsilon,
+                details=details,
+            )
+            out.append(scored)
+    return out, data_hash
+
+
+def _variant_order(unit: str) -> int:
+    # Units are summarised in the order [target] variants lists them (target-0-plain, ...).
+    return int(unit.split("-")[1])
+
+
+class MembershipKind(AuditKind[MembershipSection]):
+    name = "membership"
+    section = MembershipSection
+    description = "membership inference on a target dpaudit trains, or on your own model"
+
+    def check(self, section: MembershipSection, shared: SharedTables) -> None:
+        if shared.data is None and shared.target.scores is None:
+            # A scores file carries everything a membership audit needs.
+            raise ValueError("audit kind 'membership' needs a [data] table")
+        if not shared.target.brought:
+            _targets.check_variants(shared.target, shared.training)
+
+    def plan(self, section: MembershipSection, context: RunContext) -> UnitPlan:
+        sh = context.shared
+        if sh.target.brought:
+            from dpaudit.targets import byo_unit, byo_units
+
+            spec = byo_spec(section, context)
+            return UnitPlan(
+                fn=byo_unit,
+                spec=spec,
+                units=tuple(byo_units(spec)),
+                key_data=spec.model_dump(mode="json", exclude={"base_dir", "device"}),
+                description="attacking your target",
+            )
+        own = own_spec(section, context)
+        names = _targets.variants(sh.target, sh.training)
+        return UnitPlan(
+            fn=own_unit,
+            spec=own,
+            units=tuple(f"target-{i}-{v}" for i, v in enumerate(names)),
+            key_data=_targets.key_data(own, attacks=list(own.attacks)),
+            description="training targets and attacking",
+        )
+
+    def comparisons(self, section: MembershipSection, context: RunContext, outputs: Outputs) -> int:
+        if context.shared.target.brought:
+            return 0  # dpaudit does not know how a brought target was trained
+        with_record = sum("noise_multiplier" in part for part in outputs.values())
+        return with_record * len(section.attacks)
+
+    def summarise(
+        self, section: MembershipSection, context: RunContext, outputs: Outputs, *, level: float
+    ) -> KindSummary:
+        if context.shared.target.brought:
+            return _summarise_brought(section, context, outputs)
+        tests, comparisons = [], []
+        scored, data_hash = _own_scored(outputs, context)
+        for s in scored:
+            test, comps = _summarise_one(s, context, level=level, rigorous=True)
+            tests.append(test)
+            comparisons += comps
+        return KindSummary(tuple(tests), tuple(comparisons), data_hash=data_hash)
+
+
+def _unit_attack(unit: str) -> str:
+    return unit.rsplit("-", 1)[1]
+
+
+def _summarise_brought(
+    section: MembershipSection, context: RunContext, outputs: Outputs
+) -> KindSummary:
+    """The membership kind on a target the user brought (model file, factory or scores).
+
+    Neither bound is held against an upper bound: dpaudit does not know how the target was
+    trained. The one-run bound is rigorous only when the user states that membership was
+    decided by independent fair coins.
+    """
+    t = context.shared.target
+    warnings: list[str] = []
+    what = f"your target ({t.path or t.factory or t.scores})"
+    coin_note = _coin_note(t.membership_by_coin)
+    if not t.membership_by_coin:
+        warnings.append(coin_note)
+    attacks = list(section.attacks)
+    if t.scores is None and set(_TRAINS_REFERENCES) & set(attacks):
+        warnings.append(RECIPE_NOTE)
+    if t.scores is not None:
+        skipped = [a for a in attacks if a != "loss"]
+        if skipped:
+            warnings.append(
+                f"A scores file supports only the loss attack; skipped: {', '.join(skipped)} "
+                "(they query the model: give [target] path or factory)."
+            )
+    tests, comparisons = [], []
+    order = {name: i for i, name in enumerate(attacks)}
+    for unit in sorted(outputs, key=lambda u: order.get(_unit_attack(u), 0)):
+        part = outputs[unit]
+        info = json.loads(str(part["info"]))
+        for w in info.get("warnings", []):
+            if w not in warnings:
+                warnings.append(w)
+        membership = np.asarray(part["membership"], dtype=bool)
+        attack = info["attack"]
+        notes = [coin_note] + ([RECIPE_NOTE] if attack in _TRAINS_REFERENCES else [])
+        target = {
+            **info.get("target", {"format": "scores", "source": info.get("source")}),
+            "membership_by_coin": t.membership_by_coin,
+            "audited": int(membership.size),
+            "members": int(membership.sum()),
+        }
+        if "accuracy" in info:
+            target["accuracy"] = info["accuracy"]
+        scored = _Scored(
+            test_id=f"byo-{attack}",
+            label=f"{attack} attack on {what}",
+            attack=attack,
+            scores=np.asarray(part["scores"], dtype=np.float64),
+            membership=membership,
+            seed=context.seed,
+            upper=None,
+            details={
+                "attack": {"name": attack, "options": info["options"], "notes": notes},
+                "target": target,
+            },
+        )
+        test, comps = _summarise_brought_one(scored, context, rigorous=t.membership_by_coin)
+        tests.append(test)
+        comparisons += comps
+    return KindSummary(tuple(tests), tuple(comparisons), (), tuple(warnings))
+
+
+def _summarise_brought_one(
+    s: _Scored, context: RunContext, *, rigorous: bool
+) -> tuple[TestSummary, list[Comparison]]:
+    """Like :func:`_summarise_one`; a heuristic μ failure adds no note here."""
+    from dpaudit.membership import DEFAULT_GUESS_FRACTION, one_run_bound
+
+    c, delta = context.confidence_level, context.delta
+    summary = score_summary(
+        s.test_id, s.label, s.scores[~s.membership], s.scores[s.membership],
+        confidence_level=c, hypotheses=("non-member", "member"),
+    )  # fmt: skip
+    one_run = one_run_bound(
+        s.scores,
+        s.membership,
+        guesses_per_side=max(1, int(DEFAULT_GUESS_FRACTION * s.scores.size)),
+        delta=delta,
+        confidence_level=c,
+    )
+    if not rigorous:
+        # Without fair coins the one-run theorem's premise fails (Steinke et al. 2023,
+        # §3): the same count is only a description of the attack.
+        one_run = dataclasses.replace(one_run, validity="heuristic")
+    comparisons = [Comparison(s.label, "epsilon", one_run, None, "none", False)]
+    attack = dict(s.details["attack"])
+    try:
+        # Rows share one trained model, so they are not independent trials: heuristic.
+        heuristic = epsilon_lower_bound(
+            s.scores[~s.membership], s.scores[s.membership], delta=delta, confidence_level=c,
+            threshold="split", seed=context.seed, validity="heuristic",
+        )  # fmt: skip
+    except InsufficientTrialsError as exc:
+        attack["notes"] = [*attack["notes"], f"heuristic epsilon: {exc}"]
+    else:
+        comparisons.append(Comparison(s.label, "epsilon", heuristic, None, "none", False))
+    return summary.with_details(attack=attack, target=s.details["target"]), comparisons
+
+
+def _coin_note(by_coin: bool) -> str:
+    if by_coin:
+        return (
+            "Membership of the audited rows was decided by independent fair coins (stated in "
+            "[target] membership_by_coin): the one-run ε lower bound is rigorous."
+        )
+    return (
+        "Membership of the audited rows was not stated to be decided by independent fair "
+        "coins ([target] membership_by_coin = false): the one-run ε lower bound is "
+        "heuristic, not a proof."
+    )
+
+
+KIND = MembershipKind()
+
+__all__ = ["KIND", "RECIPE_NOTE", "MembershipKind", "MembershipSection", "byo_spec", "own_spec", "own_unit"]

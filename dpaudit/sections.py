@@ -1,0 +1,306 @@
+"""The shared tables of an audit file: ``[audit]``, ``[data]``, ``[model]``, ``[training]``,
+``[target]``, ``[gate]``, ``[execution]`` and ``[report]``.
+
+Each table is a frozen pydantic model whose unknown keys are errors. Every audit kind
+declares its own table in its module (:mod:`dpaudit.kinds`); the tables here are the ones
+several kinds read. ``[training]`` and ``[dpsgd.training]`` are ONE schema
+(:class:`TrainingSection`), differing only in the documented default of ``epochs``.
+
+Nothing here imports torch: loading and validating an audit file stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Probability = Annotated[float, Field(gt=0.0, lt=1.0)]
+Delta = Annotated[float, Field(ge=0.0, lt=1.0)]
+Positive = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+
+#: δ at which ``target_epsilon`` calibrates the noise when the file does not say
+#: (Opacus' ``make_private_with_epsilon(target_delta=...)``). It is deliberately not the
+#: audit's δ: the audit MEASURES at ``[audit] delta``, so changing that δ re-measures the
+#: same trained models instead of training new ones.
+DEFAULT_TARGET_DELTA = 1e-5
+
+
+class Table(BaseModel):
+    """A TOML table: unknown keys are errors, values are frozen once loaded."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AuditSection(Table):
+    """``[audit]``: the name, the kinds to run, and the verdict's statistics settings.
+
+    ``kinds`` is checked against the registry of :mod:`dpaudit.kinds` when the file loads.
+    """
+
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    kinds: Annotated[list[str], Field(min_length=1)]
+    description: str = ""
+    seed: Annotated[int, Field(ge=0)] = 0
+    confidence_level: Probability = 0.95
+    delta: Delta = 1e-5
+
+
+class ClaimSection(Table):
+    """The privacy claimed: ε (with δ) and/or μ. Omitted: the mechanism's own guarantee."""
+
+    epsilon: Positive | None = None
+    delta: Delta = 0.0
+    mu: Positive | None = None
+
+    @model_validator(mode="after")
+    def _something_claimed(self) -> ClaimSection:
+        if self.epsilon is None and self.mu is None:
+            raise ValueError("a claim needs 'epsilon' (with 'delta') or 'mu'")
+        return self
+
+
+class DataSection(Table):
+    """The dataset a target is trained on (see :func:`dpaudit.data.load_dataset`)."""
+
+    dataset: str
+    label: str | None = None
+    sensitive: str | None = None
+    features: list[str] | None = None
+    audited_size: Annotated[int, Field(ge=2)] = 500
+    population_size: Annotated[int, Field(ge=2)] | None = None
+
+
+class ModelSection(Table):
+    kind: Literal["logistic", "mlp"] = "mlp"
+    hidden: list[Annotated[int, Field(ge=1)]] = [64]
+    activation: Literal["relu", "tanh", "sigmoid", "gelu"] = "relu"
+
+
+class DPSection(Table):
+    """``[training.dp]``: the noise, given directly or calibrated to a target.
+
+    Exactly one of ``noise_multiplier`` (σ), ``target_epsilon`` (σ calibrated by the PLD
+    accountant at ``target_delta`` for the q and T that will run) or ``target_mu`` (σ =
+    √T/μ, exact only for full-batch DP-GD).
+    """
+
+    noise_multiplier: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] | None = None
+    target_epsilon: Positive | None = None
+    target_delta: Annotated[float, Field(gt=0.0, lt=1.0)] = DEFAULT_TARGET_DELTA
+    target_mu: Positive | None = None
+    clipping_norm: Positive = 1.0
+
+    @model_validator(mode="after")
+    def _one_noise_source(self) -> DPSection:
+        given = [
+            k
+            for k in ("noise_multiplier", "target_epsilon", "target_mu")
+            if getattr(self, k) is not None
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of 'noise_multiplier', 'target_epsilon' or 'target_mu' "
+                f"(got {', '.join(given) or 'none'})"
+            )
+        return self
+
+
+class TrainingSection(Table):
+    """``[training]``: the optimiser and DP-SGD (see :class:`dpaudit.training.TrainingSpec`).
+
+    ``full_batch`` trains on every member at every step (DP-GD, q = 1, T = epochs);
+    otherwise each step takes a Poisson sample at q = batch_size / members and an epoch
+    is ⌊members / batch_size⌋ steps (:func:`dpaudit.recipes.sampling_plan`).
+    """
+
+    epochs: Annotated[int, Field(ge=1)] = 10
+    batch_size: Annotated[int, Field(ge=1)] = 64
+    learning_rate: Positive = 0.1
+    momentum: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    weight_decay: Annotated[float, Field(ge=0.0)] = 0.0
+    full_batch: bool = False
+    dp: DPSection | None = None
+
+    def target_mu_problem(self, *, full_batch: bool) -> str | None:
+        """Why ``target_mu`` cannot be used here, or ``None`` (it is exact only for DP-GD)."""
+        if self.dp is not None and self.dp.target_mu is not None and not full_batch:
+            return (
+                "'target_mu' is exact only for full-batch DP-GD (set full_batch = true, or "
+                "use the 'dpgd' trainer)"
+            )
+        return None
+
+
+#: Model file formats a ``[target] path`` may have, and the suffixes that imply each.
+TARGET_FORMATS: dict[str, tuple[str, ...]] = {
+    "safetensors": (".safetensors",),
+    "torch-export": (".pt2",),
+    "torchscript": (".torchscript", ".ts"),
+    "skops": (".skops",),
+    "onnx": (".onnx",),
+    "pickle": (".pkl", ".pickle", ".joblib"),
+}
+
+
+def target_format_from_suffix(path: str) -> str | None:
+    """The format a model file's suffix implies, or ``None`` when it implies none."""
+    suffix = Path(path).suffix.lower()
+    for name, suffixes in TARGET_FORMATS.items():
+        if suffix in suffixes:
+            return name
+    return None
+
+
+class TargetSection(Table):
+    """The audited target: trained by dpaudit (``variants``) or brought by the user.
+
+    dpaudit trains its own targets unless ``path``, ``factory`` or ``scores`` is given:
+    ``plain`` ignores ``[training.dp]``, ``dp`` uses it. A target of your own is
+
+    - a model file ``path`` (relative to the audit file) in ``format`` (default: from the
+      suffix; see :data:`TARGET_FORMATS`): safetensors weights of the ``[model]``
+      architecture (or of the module ``factory`` builds), a ``torch.export`` program, a
+      TorchScript archive, a scikit-learn model saved with skops (only ``trusted_types``
+      beyond skops' defaults are loaded), an ONNX model, or, only with
+      ``allow_pickle = true``, a pickle;
+    - a ``factory`` ``"pkg.module:function"`` returning a torch module, a scikit-learn
+      estimator or a :class:`~dpaudit.models.ModelStack` (with ``path`` in safetensors
+      format: the module the weights are loaded into);
+    - a ``scores`` file (CSV or Parquet) of per-example rows for systems dpaudit cannot
+      run: a ``label`` column and a ``loss`` column, or ``prob_0 .. prob_{C-1}``, or
+      ``logit_0 .. logit_{C-1}``, and the membership column.
+
+    ``membership`` says which audited rows trained the target: a column of ``[data]`` (or
+    of the scores file; default ``"member"``) holding 1/0 or true/false, rows left empty
+    being the attacker's population; or a CSV index file with columns ``row`` (0-based
+    row of ``[data]``) and ``member``, unlisted rows being the population.
+    ``membership_by_coin`` states that each audited row's membership was decided by an
+    independent fair coin: only then is the one-run ε lower bound rigorous.
+    ``output`` says whether a torch or ONNX model returns logits or probabilities.
+    """
+
+    variants: Annotated[list[Literal["plain", "dp"]], Field(min_length=1)] | None = None
+    path: Annotated[str, Field(min_length=1)] | None = None
+    format: (
+        Literal["safetensors", "torch-export", "torchscript", "skops", "onnx", "pickle"] | None
+    ) = None
+    factory: Annotated[str, Field(pattern=r"^[\w.]+:[\w]+$")] | None = None
+    scores: Annotated[str, Field(min_length=1)] | None = None
+    membership: Annotated[str, Field(min_length=1)] | None = None
+    membership_by_coin: bool = False
+    output: Literal["logits", "probabilities"] = "logits"
+    trusted_types: list[Annotated[str, Field(min_length=1)]] = []
+    allow_pickle: bool = False
+
+    @property
+    def brought(self) -> bool:
+        """True when the file names a model or scores file instead of training one."""
+        return self.path is not None or self.factory is not None or self.scores is not None
+
+    def model_format(self) -> str | None:
+        """The model file's format: ``format``, else the one its suffix implies."""
+        if self.path is None:
+            return None
+        return self.format or target_format_from_suffix(self.path)
+
+    @model_validator(mode="after")
+    def _one_kind_of_target(self) -> TargetSection:
+        own = self.brought
+        if own and self.variants is not None:
+            raise ValueError(
+                "[target] 'variants' lists targets dpaudit trains; it cannot be combined "
+                "with 'path', 'factory' or 'scores' (a target of your own)"
+            )
+        if self.scores is not None and (self.path is not None or self.factory is not None):
+            raise ValueError("[target] give either 'scores' or a model ('path' / 'factory')")
+        if self.format is not None and self.path is None:
+            raise ValueError("[target] 'format' needs 'path', the model file")
+        if self.membership is None and own and self.scores is None:
+            raise ValueError(
+                "[target] a model of your own needs 'membership': a column of [data] or a "
+                "CSV index file (columns 'row', 'member') saying which rows trained it"
+            )
+        if self.path is not None:
+            self._check_model_file()
+        return self
+
+    def _check_model_file(self) -> None:
+        fmt = self.model_format()
+        if fmt is None:
+            known = ", ".join(s for v in TARGET_FORMATS.values() for s in v)
+            raise ValueError(
+                f"[target] cannot tell the format of {self.path!r} from its suffix "
+                f"(known: {known}); set 'format' to one of {', '.join(TARGET_FORMATS)}"
+            )
+        if fmt == "pickle" and not self.allow_pickle:
+            raise ValueError(
+                f"[target] {self.path!r} is a pickle file, which runs arbitrary code when "
+                "loaded; dpaudit refuses it unless you trust the file and set "
+                "[target] allow_pickle = true (better: save the model with skops, "
+                "safetensors or ONNX)"
+            )
+        if self.factory is not None and fmt != "safetensors":
+            raise ValueError(
+                "[target] 'factory' with 'path' builds the module that safetensors "
+                f"weights load into; {self.path!r} is {fmt!r}"
+            )
+
+
+class ByoSpec(Table):
+    """What a brought target's units depend on (picklable; its JSON names the units).
+
+    Attributes:
+        data, target, model, training: the shared tables (``[model]`` / ``[training]``
+            are the recipe of the reference models).
+        attacks, reference_models, shadow_models: ``[membership]``.
+        seed: the audit seed.
+        base_dir: the audit file's folder (paths resolve here).
+        device: torch device of the reference models.
+        digest: hash of the files the target is read from, so a changed file never
+            reuses units.
+    """
+
+    data: DataSection | None
+    target: TargetSection
+    model: ModelSection
+    training: TrainingSection
+    attacks: tuple[str, ...]
+    reference_models: int
+    shadow_models: int
+    seed: int
+    base_dir: str
+    device: str = "cpu"
+    digest: str = ""
+
+    def resolve(self, path: str | Path) -> Path:
+        """``path`` relative to the audit file's folder."""
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else (Path(self.base_dir) / p).resolve()
+
+
+class GateSection(Table):
+    """Release-gate policies; each becomes a named check with value, limit and pass/fail."""
+
+    fail_on_violation: bool = True
+    max_epsilon_lower_bound: Annotated[float, Field(ge=0.0)] | None = None
+    max_auc: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    max_tpr_at_fpr: list[tuple[Probability, Annotated[float, Field(ge=0.0, le=1.0)]]] = []
+    max_advantage: Annotated[float, Field(ge=-1.0, le=1.0)] | None = None
+    max_attribute_advantage: Annotated[float, Field(ge=-1.0, le=1.0)] | None = None
+
+
+class ExecutionSection(Table):
+    """``[execution]``: where units run. Only ``unit_size`` changes what a unit holds."""
+
+    executor: Literal["local", "dask"] = "local"
+    workers: Annotated[int, Field(ge=1, le=256)] = 1
+    address: str | None = None
+    unit_size: Annotated[int, Field(ge=1)] = 25_000
+    device: str = "cpu"
+
+
+class ReportSection(Table):
+    html: bool = True
+    output_dir: str | None = None
