@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -16,7 +17,12 @@ from dpaudit.audit import run_audit
 from dpaudit.cli import app
 from dpaudit.config import load_config
 from dpaudit.report import fmt_interval, fmt_number, render_report
-from dpaudit.report.plots import histogram_plot, svg_fragment, tradeoff_plot
+from dpaudit.report.plots import (
+    histogram_plot,
+    is_concentrated,
+    svg_fragment,
+    tradeoff_plot,
+)
 
 AUDITS = Path(__file__).resolve().parents[1] / "audits"
 EVIL = "<script>alert(1)</script>"
@@ -25,10 +31,8 @@ runner = CliRunner()
 
 def run_small(name: str, out: Path, *, trials: int = 4_000, audit_name: str | None = None) -> Path:
     """Run an example audit with fewer trials (and optionally another name) into ``out``."""
-    config = load_config(AUDITS / f"{name}.toml")
-    update: dict[str, Any] = {
-        "mechanism": config.mechanism.model_copy(update={"trials": trials}),
-    }
+    config = load_config(AUDITS / f"{name}.toml").with_section("mechanism", trials=trials)
+    update: dict[str, Any] = {}
     if audit_name is not None:
         update["audit"] = config.audit.model_copy(update={"name": audit_name})
     run_audit(config.model_copy(update=update), output_dir=out)
@@ -273,9 +277,7 @@ def test_tradeoff_plot_skips_a_broken_curve() -> None:
 
 def test_renders_from_the_result_object(tmp_path: Path) -> None:
     config = load_config(AUDITS / "laplace.toml")
-    small = config.model_copy(
-        update={"mechanism": config.mechanism.model_copy(update={"trials": 2_000})}
-    )
+    small = config.with_section("mechanism", trials=2_000)
     result = run_audit(small, write=False)
     assert render_report(result) == render_report(result.to_dict())
 
@@ -331,3 +333,80 @@ def test_cli_report_invalid_results(tmp_path: Path, content: str, message: str) 
     assert len(lines) == 1
     assert re.search(message, lines[0])
     assert not (tmp_path / "report.html").exists()
+
+
+# -------------------------------------------------------------------------- histograms
+
+#: The loss attack's histogram on the quickstart's DP target: outliers stretch the range to
+#: [-327, 0], so 65 % of all scores fall into the last of 60 bins, 69 % into the fullest 3.
+SPIKE = {
+    "edges": np.linspace(-327.6, 0.0, 61).tolist(),
+    "negatives": [0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0,
+                  1, 1, 0, 0, 1, 1, 1, 1, 1, 3, 3, 1, 2, 3, 1, 6, 2, 1, 2, 8, 4, 1, 0, 5, 4,
+                  3, 2, 5, 2, 6, 2, 2, 6, 4, 157],
+    "positives": [1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 1, 2, 1, 0, 2, 1, 0, 0,
+                  0, 0, 0, 0, 0, 1, 1, 2, 0, 0, 0, 1, 1, 2, 2, 2, 3, 2, 3, 2, 6, 3, 3, 4, 4,
+                  6, 4, 4, 3, 1, 4, 3, 4, 5, 168],
+}  # fmt: skip
+
+
+def spread_histogram() -> dict[str, Any]:
+    rng = np.random.default_rng(0)
+    edges = np.linspace(-4, 5, 31)
+    return {
+        "edges": edges.tolist(),
+        "negatives": np.histogram(rng.normal(0, 1, 500), edges)[0].tolist(),
+        "positives": np.histogram(rng.normal(1, 1, 500), edges)[0].tolist(),
+    }
+
+
+def stroke_colours(svg: str) -> set[str]:
+    return {c.lower() for c in re.findall(r"stroke: ?(#[0-9a-fA-F]{6})", svg)}
+
+
+def test_a_concentrated_histogram_is_drawn_on_a_log_scale() -> None:
+    assert is_concentrated(np.asarray(SPIKE["negatives"]), np.asarray(SPIKE["positives"]))
+    svg = histogram_plot({"hypotheses": ["non-member", "member"], "histogram": SPIKE})
+    assert svg is not None
+    assert "Log scale: 69 % of the scores fall in 3 of 60 bins" in svg
+    assert "density (log scale)" in svg
+    # Both classes are drawn: the first solid, the second dashed on top of it.
+    assert {"#0072b2", "#d55e00"} <= stroke_colours(svg)
+    assert "stroke-dasharray" in svg
+
+
+def test_a_spread_histogram_stays_linear() -> None:
+    hist = spread_histogram()
+    assert not is_concentrated(np.asarray(hist["negatives"]), np.asarray(hist["positives"]))
+    svg = histogram_plot({"histogram": hist})
+    assert svg is not None
+    assert "log scale" not in svg.lower()
+    assert {"#0072b2", "#d55e00"} <= stroke_colours(svg)
+
+
+def test_histogram_crops_empty_end_bins() -> None:
+    from dpaudit.report.plots import _crop_empty_ends
+
+    edges = np.arange(11.0)
+    neg = np.array([0, 0, 0, 2, 1, 0, 0, 0, 0, 0])
+    pos = np.array([0, 0, 0, 0, 1, 3, 0, 0, 0, 0])
+    e, n, p = _crop_empty_ends(edges, neg, pos)
+    np.testing.assert_array_equal(e, [3, 4, 5, 6])
+    np.testing.assert_array_equal(n, [2, 1, 0])
+    np.testing.assert_array_equal(p, [0, 1, 3])
+    # Nothing at all to draw: kept as it is (and still drawn, empty).
+    zeros = np.zeros(10)
+    assert _crop_empty_ends(edges, zeros, zeros)[0].size == 11
+    assert (
+        histogram_plot(
+            {"histogram": {"edges": edges.tolist(), "negatives": [0] * 10, "positives": [0] * 10}}
+        )
+        is not None
+    )
+
+
+def test_histogram_with_degenerate_edges_is_skipped() -> None:
+    assert (
+        histogram_plot({"histogram": {"edges": [1.0, 1.0], "negatives": [3], "positives": [2]}})
+        is None
+    )

@@ -13,7 +13,7 @@ import io
 import math
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib as mpl
 import numpy as np
@@ -22,6 +22,9 @@ import numpy as np
 # backend is touched, the caller's (e.g. a notebook's) backend stays as it is, and
 # savefig(format="svg") renders with matplotlib's SVG backend.
 from matplotlib.figure import Figure
+
+if TYPE_CHECKING:  # the rc keys as a Literal type; imported for mypy only
+    from matplotlib.typing import RcKeyType
 
 #: Calm, colour-blind-safe colours (Okabe–Ito): H0 / H1 / empirical / theory kinds.
 COLOURS = {
@@ -34,7 +37,7 @@ COLOURS = {
     "other": "#E69F00",
 }
 
-_RC = {
+_RC: dict[RcKeyType, Any] = {
     "svg.fonttype": "none",  # <text> elements: small, selectable, escaped by matplotlib
     "svg.hashsalt": "dpaudit",  # deterministic ids, so the same result renders the same file
     "font.family": "sans-serif",
@@ -183,24 +186,105 @@ def roc_plot(test: dict[str, Any], *, id_prefix: str = "roc-") -> str | None:
         return svg_fragment(fig, id_prefix=id_prefix)
 
 
+#: A histogram is "concentrated" when at most this many bins hold ...
+CONCENTRATED_BINS = 3
+#: ... at least this share of all scores: then its y axis is logarithmic.
+CONCENTRATED_SHARE = 0.5
+
+
+def _crop_empty_ends(
+    edges: np.ndarray, neg: np.ndarray, pos: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Drop leading and trailing bins that hold no score of either class."""
+    filled = np.flatnonzero((neg + pos) > 0)
+    if filled.size == 0:
+        return edges, neg, pos
+    first, last = int(filled[0]), int(filled[-1])
+    return edges[first : last + 2], neg[first : last + 1], pos[first : last + 1]
+
+
+def is_concentrated(neg: np.ndarray, pos: np.ndarray) -> bool:
+    """Whether a few bins hold most of the scores (outliers stretched the bin range).
+
+    Then a linear y axis shows one spike and hides everything else, including where the two
+    classes differ; counts cannot be re-binned here, so the plot switches to a log y axis.
+    """
+    pooled = np.sort(neg + pos)[::-1]
+    total = pooled.sum()
+    if total <= 0 or pooled.size <= 2 * CONCENTRATED_BINS:
+        return False
+    return bool(pooled[:CONCENTRATED_BINS].sum() >= CONCENTRATED_SHARE * total)
+
+
 def histogram_plot(test: dict[str, Any], *, id_prefix: str = "histogram-") -> str | None:
-    """The score histograms of the two hypotheses (as densities, one step line each)."""
+    """The score histograms of the two hypotheses (as densities, one step line each).
+
+    The bins come from ``results.json`` as they are. Empty bins at either end are not
+    drawn; when a few bins hold most scores (:func:`is_concentrated`) the y axis is
+    logarithmic, so that the tails and both classes stay visible. The second class is drawn
+    dashed on top of the first, so it shows where the two coincide.
+    """
     hist = test.get("histogram") or {}
     (edges,) = _arrays(hist, "edges")
     neg, pos = _arrays(hist, "negatives", "positives")
     if edges.size < 2 or neg.size != edges.size - 1 or pos.size != edges.size - 1:
         return None
     names: Sequence[Any] = test.get("hypotheses") or ("H0", "H1")
+    # Densities use each class's own total (before cropping: cropped bins are empty).
+    totals = {"negative": neg.sum(), "positive": pos.sum()}
+    edges, neg, pos = _crop_empty_ends(edges, neg, pos)
     widths = np.diff(edges)
+    if not np.all(widths > 0):
+        return None
+    log = is_concentrated(neg, pos)
+    series = []
+    for counts, name, key in ((neg, names[0], "negative"), (pos, names[-1], "positive")):
+        total = totals[key]
+        series.append((counts / (total * widths) if total > 0 else counts, name, key))
     with mpl.rc_context(_RC):
         fig = Figure(figsize=(9.4, 2.8))
         ax = fig.subplots()
-        for counts, name, key in ((neg, names[0], "negative"), (pos, names[-1], "positive")):
-            total = counts.sum()
-            density = counts / (total * widths) if total > 0 else counts
-            ax.stairs(density, edges, color=COLOURS[key], lw=1.3, label=plain_text(name))
-            ax.stairs(density, edges, color=COLOURS[key], alpha=0.15, fill=True)
+        floor = 0.0
+        if log:
+            # One score in the widest bin of the sparser class, halved: the axis starts just
+            # below the smallest non-zero density, and empty bins sit on that floor.
+            positive = np.concatenate([d[d > 0] for d, _, _ in series])
+            floor = float(positive.min()) / 2 if positive.size else 1e-12
+        for density, name, key in series:
+            dashed = key == "positive"
+            shown = np.maximum(density, floor) if log else density
+            ax.stairs(
+                shown,
+                edges,
+                baseline=floor,
+                color=COLOURS[key],
+                lw=1.4,
+                ls=(0, (4, 2)) if dashed else "-",
+                label=plain_text(name),
+                zorder=3 if dashed else 2,
+            )
+            ax.stairs(shown, edges, baseline=floor, color=COLOURS[key], alpha=0.15, fill=True)
+        ax.set_xlim(edges[0], edges[-1])
         ax.set_xlabel("attack score (larger means the attack believes the second hypothesis)")
-        ax.set_ylabel("density")
-        ax.legend(loc="upper right")
+        if log:
+            ax.set_yscale("log")
+            ax.set_ylim(bottom=floor)
+            ax.set_ylabel("density (log scale)")
+            share = np.sort(neg + pos)[::-1][:CONCENTRATED_BINS].sum() / (neg + pos).sum()
+            ax.set_title(
+                f"Log scale: {100 * share:.0f} % of the scores fall in {CONCENTRATED_BINS} of "
+                f"{neg.size} bins (outliers stretch the range)",
+                fontsize=8.0,
+                color="#555555",
+                loc="left",
+            )
+        else:
+            ax.set_ylabel("density")
+        ax.legend(loc="upper left" if _mass_on_the_right(neg + pos) else "upper right")
         return svg_fragment(fig, id_prefix=id_prefix)
+
+
+def _mass_on_the_right(counts: np.ndarray) -> bool:
+    """Whether most scores lie in the right half of the bins (the legend goes left)."""
+    half = counts.size // 2
+    return bool(counts[half:].sum() > counts[:half].sum())
