@@ -16,13 +16,14 @@ from typer.testing import CliRunner
 from dpaudit.audit import run_audit
 from dpaudit.cli import app
 from dpaudit.config import load_config
-from dpaudit.report import fmt_interval, fmt_number, render_report
+from dpaudit.report import fmt_count, fmt_interval, fmt_number, render_report
 from dpaudit.report.plots import (
     histogram_plot,
     is_concentrated,
     svg_fragment,
     tradeoff_plot,
 )
+from dpaudit.schemas import validate_results
 
 AUDITS = Path(__file__).resolve().parents[1] / "audits"
 EVIL = "<script>alert(1)</script>"
@@ -293,6 +294,27 @@ def test_number_formatting() -> None:
     assert fmt_interval(None) == "—"
 
 
+def test_number_formatting_is_compact() -> None:
+    # Short exponents and separators instead of scientific notation: cells stay narrow.
+    assert fmt_number(1e-5) == "1e-5"
+    assert fmt_number(2.5e-7) == "2.5e-7"
+    assert fmt_number(-1e-5) == "−1e-5"
+    assert fmt_number(1e20) == "1e20"
+    assert fmt_number(12345.678) == "12,346"
+    assert fmt_number(-3) == "−3"
+    assert fmt_number(0.9999977742666772, 3) == "1"
+    assert fmt_number(1.3895244598388672, 3) == "1.39"
+
+
+def test_count_agrees_with_its_number() -> None:
+    assert fmt_count(1, "gate check") == "1 gate check"
+    assert fmt_count(3, "gate check") == "3 gate checks"
+    assert fmt_count(0, "bound") == "0 bounds"
+    assert fmt_count(1, "canary", "canaries") == "1 canary"
+    assert fmt_count(2, "canary", "canaries") == "2 canaries"
+    assert fmt_count(20000, "trial") == "20,000 trials"
+
+
 # --------------------------------------------------------------------------------- CLI
 
 
@@ -333,6 +355,234 @@ def test_cli_report_invalid_results(tmp_path: Path, content: str, message: str) 
     assert len(lines) == 1
     assert re.search(message, lines[0])
     assert not (tmp_path / "report.html").exists()
+
+
+# ---------------------------------------------------------------------------- headline
+
+MEANING = {
+    "rigorous-one-run": "holds because each canary was included by an independent fair coin",
+    "rigorous-multi-run": "holds because every trial was an independent run",
+    "heuristic": "describes the attack on these examples",
+}
+
+
+def comparison(
+    test: str,
+    value: float,
+    *,
+    validity: str = "rigorous-one-run",
+    upper: float | None = None,
+    upper_source: str = "accountant ε (PLD)",
+    parameter: str = "epsilon",
+    confidence_level: float = 0.95,
+) -> dict[str, Any]:
+    """One ``bounds[]`` entry of results.json (the shape the schema requires)."""
+    lower: dict[str, Any] = {
+        "parameter": parameter,
+        "value": value,
+        "confidence_level": confidence_level,
+        "method": "one-run-binomial" if validity == "rigorous-one-run" else "clopper-pearson",
+        "threshold": "top-bottom",
+        "validity": validity,
+        "fpr_interval": None,
+        "fnr_interval": None,
+        "threshold_value": None,
+        "counts": {"canaries": 500, "guesses": 50, "correct": 45},
+        "details": {},
+    }
+    if parameter == "epsilon":
+        lower["delta"] = 1e-5
+    rigorous = validity.startswith("rigorous")
+    return {
+        "test": test,
+        "parameter": parameter,
+        "lower": lower,
+        "upper": upper,
+        "upper_source": upper_source if upper is not None else "none",
+        "tightness": None if upper is None else value / upper,
+        "violation": rigorous and upper is not None and value > upper,
+        "in_verdict": rigorous and upper is not None,
+        "validity_meaning": MEANING[validity],
+    }
+
+
+#: The quickstart's bounds as the shipped audit measures them (tests/golden/quickstart.json):
+#: the plain target's largest rigorous bound is LiRA's 1.39, and a heuristic bound (1.534)
+#: is larger still but must not lead; every bound on the DP target is 0.
+ACCOUNTANT = 0.9999977742666772
+QUICKSTART_BOUNDS = [
+    comparison("loss on the plain target", 0.5742),
+    comparison("loss on the plain target", 1.2525, validity="heuristic"),
+    comparison("shadow on the plain target", 1.1116),
+    comparison("shadow on the plain target", 0.8563, validity="heuristic"),
+    comparison("lira on the plain target", 1.3895244598388672),
+    comparison("lira on the plain target", 1.5339, validity="heuristic"),
+    *[
+        comparison(f"{attack} on the dp target", 0.0, upper=ACCOUNTANT, confidence_level=0.98333)
+        for attack in ("loss", "shadow", "lira")
+    ],
+    comparison("lira on the dp target", 0.0, upper=ACCOUNTANT, validity="heuristic"),
+]
+
+
+def with_bounds(results: dict[str, Any], bounds: list[dict[str, Any]]) -> dict[str, Any]:
+    r = copy.deepcopy(results)
+    r["bounds"] = bounds
+    r["privacy_verdict"] = "violation" if any(b["violation"] for b in bounds) else "consistent"
+    validate_results(r)  # the report is tested on results.json as the schema allows it
+    return r
+
+
+def headline_text(page: str) -> str:
+    """The visible text of the headline list, with no-break spaces as plain spaces."""
+    found = re.search(r'<ul class="headline" id="headline">(.*?)</ul>', page, re.DOTALL)
+    assert found, "no headline"
+    # Only inline elements in it: drop the tags without putting spaces in their place.
+    text = html.unescape(re.sub(r"<[^>]+>", "", found[1]))
+    return re.sub(r"\s+", " ", text.replace("\xa0", " ")).strip()
+
+
+def test_headline_names_the_largest_rigorous_bound_per_target(violation: dict[str, Any]) -> None:
+    page = render_report(with_bounds(violation, QUICKSTART_BOUNDS))
+    headline = headline_text(page)
+    assert (
+        "The plain target leaks: ε ≥ 1.39 (rigorous one-run bound from the lira attack, "
+        "95 % confidence); there is no DP claim to hold it against." in headline
+    )
+    assert "1.53" not in headline  # the larger heuristic number does not lead
+    assert (
+        "The dp target: no evidence of leakage above 0 at this budget (rigorous one-run "
+        "bounds from 3 attacks, 98.3 % confidence each) against the accountant's ε = 1 (PLD)."
+        in headline
+    )
+    # Verdict first, then the headline, before any table; and nothing is called private.
+    text = visible_text(page).replace("\xa0", " ")
+    assert text.index("FAIL") < text.index("ε ≥ 1.39") < text.index("Gate checks")
+    assert re.search(r"\bprivate\b", text, re.IGNORECASE) is None
+
+
+def test_headline_of_a_violation(violation: dict[str, Any]) -> None:
+    headline = headline_text(render_report(violation))
+    rigorous = [b for b in violation["bounds"] if b["lower"]["validity"].startswith("rigorous")]
+    eps = max(b["lower"]["value"] for b in rigorous if b["parameter"] == "epsilon")
+    mu = max(b["lower"]["value"] for b in rigorous if b["parameter"] == "mu")
+    level = fmt_number(100 * rigorous[0]["lower"]["confidence_level"], 3)
+    assert headline.startswith(
+        f"The laplace mechanism leaks: ε ≥ {fmt_number(eps, 3)} (rigorous multi-run bound, "
+        f"{level} % confidence) against the claimed ε = 0.5: the claim is false"
+    )
+    assert f"Also μ ≥ {fmt_number(mu, 3)}" in headline
+
+
+def test_headline_picks_the_violation_and_gives_tightness(violation: dict[str, Any]) -> None:
+    bounds = [
+        # A larger bound against a looser claim, and a smaller one that breaks its claim.
+        comparison("gaussian mechanism", 2.0, upper=4.0, upper_source="claimed ε"),
+        comparison("gaussian mechanism", 1.2, upper=1.0, upper_source="claimed ε"),
+        comparison("canary, trainer x", 0.8, upper=4.0, validity="rigorous-multi-run"),
+    ]
+    headline = headline_text(render_report(with_bounds(violation, bounds)))
+    assert "The gaussian mechanism leaks: ε ≥ 1.2" in headline
+    assert "against the claimed ε = 1: the claim is false" in headline
+    # A label the report cannot read a subject from is named as it is.
+    assert (
+        "Canary, trainer x: ε ≥ 0.8 (rigorous multi-run bound, 95 % confidence) against the "
+        "accountant's ε = 4 (PLD) (tightness 0.2)." in headline
+    )
+
+
+def test_headline_for_mu_and_for_heuristic_only(violation: dict[str, Any]) -> None:
+    bounds = [
+        comparison("a test", 0.0, upper=2.0),
+        comparison("a test", 0.7, upper=1.0, parameter="mu", upper_source="theoretical μ"),
+        comparison("loss attack on your target (m.skops)", 0.9, validity="heuristic"),
+    ]
+    headline = headline_text(render_report(with_bounds(violation, bounds)))
+    # ε is 0 but μ is not: the μ bound leads, the zero ε is not repeated.
+    assert "A test: μ ≥ 0.7 (rigorous one-run bound, 95 % confidence) against the " in headline
+    assert "theoretical μ = 1 (tightness 0.7)." in headline
+    assert "no evidence" not in headline
+    assert "Your target (m.skops): no rigorous bound was computed" in headline
+
+
+def test_headline_escapes_labels(violation: dict[str, Any]) -> None:
+    bounds = [comparison(f"lira on the {EVIL} target", 1.0)]
+    page = render_report(with_bounds(violation, bounds))
+    assert EVIL not in page
+    assert f"The {EVIL} target leaks: ε ≥ 1" in headline_text(page)
+
+
+def test_without_bounds_there_is_no_headline(violation: dict[str, Any]) -> None:
+    page = render_report(with_bounds(violation, []))
+    assert 'id="headline"' not in page
+    assert "No bounds were computed." in visible_text(page)
+
+
+# ---------------------------------------------------------------------------- plurals
+
+
+def check(passed: bool = True) -> dict[str, Any]:
+    return {"name": "max_auc", "value": 0.5, "limit": 0.6, "passed": passed, "message": "m"}
+
+
+@pytest.mark.parametrize(
+    ("checks", "sentence"),
+    [
+        ([check()], "The 1 gate check passed."),
+        ([check(), check(), check()], "All 3 gate checks passed."),
+        ([check(False)], "1 of 1 gate check failed:"),
+        ([check(), check(False), check()], "1 of 3 gate checks failed:"),
+        ([], "No gate checks were configured."),
+    ],
+)
+def test_gate_check_sentence(violation: dict[str, Any], checks: list[Any], sentence: str) -> None:
+    r = copy.deepcopy(violation)
+    r["checks"] = checks
+    r["verdict"] = "pass" if all(c["passed"] for c in checks) else "fail"
+    text = visible_text(render_report(r))
+    assert sentence in text
+    assert "All 1 " not in text
+
+
+@pytest.mark.parametrize(
+    ("warnings", "sentence"),
+    [
+        (["a"], "Read the warning below."),
+        (["a", "b"], "Read the 2 warnings below."),
+    ],
+)
+def test_warning_count(violation: dict[str, Any], warnings: list[str], sentence: str) -> None:
+    r = copy.deepcopy(violation)
+    r["warnings"] = warnings
+    assert sentence in visible_text(render_report(r))
+
+
+def test_singular_counts(violation: dict[str, Any]) -> None:
+    r = with_bounds(violation, [comparison("lira on the plain target", 1.0)])
+    r["bounds"][0]["lower"]["counts"] = {"canaries": 1, "guesses": 1, "correct": 1}
+    r["tests"][0]["negatives"] = 1
+    r["tests"][0]["positives"] = 2
+    r["provenance"]["units"] = {"mechanism": {"total": 1, "computed": 1, "reused": 0}}
+    text = visible_text(render_report(r))
+    assert "1 bound, 1 of them rigorous." in text
+    assert "1 of 1 guess correct" in text
+    assert "1 canary" in text
+    assert "(1 trial) vs. D' (2 trials)" in text
+    assert "1 work unit: 1 computed, 0 reused" in text
+    for wrong in ("1 bounds", "1 guesses", "1 canaries", "1 trials", "1 work units"):
+        assert wrong not in text
+
+
+def test_bounds_table_cells(violation: dict[str, Any]) -> None:
+    page = render_report(with_bounds(violation, QUICKSTART_BOUNDS))
+    # δ in the compact form and kept on one line with its symbol; the test name may wrap.
+    assert '<span class="nowrap">ε at δ&nbsp;=&nbsp;1e-5</span>' in page
+    assert "1e-05" not in page
+    assert '<td class="test-name">lira on the plain target</td>' in page
+    # Each validity's meaning once, below the table, not in every row.
+    text = visible_text(page)
+    assert text.count(MEANING["rigorous-one-run"]) == 1
+    assert text.count(MEANING["heuristic"]) == 1
 
 
 # -------------------------------------------------------------------------- histograms

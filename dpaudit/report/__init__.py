@@ -44,21 +44,33 @@ def _environment() -> jinja2.Environment:
     env.filters["interval"] = fmt_interval
     env.filters["pct"] = fmt_percent
     env.filters["seconds"] = fmt_seconds
+    env.filters["count"] = fmt_count
+    env.filters["sentence"] = sentence_case
     return env
 
 
 def fmt_number(x: Any, digits: int = 4) -> str:
-    """A number with ``digits`` significant digits; ``None``/NaN as an em dash."""
+    """A number with ``digits`` significant digits; ``None``/NaN as an em dash.
+
+    Compact, so that table cells stay narrow: ``1e-5`` (not ``1e-05``), ``12,346`` (not
+    ``1.235e+04``), and a true minus sign in front of negative numbers.
+    """
     if x is None or isinstance(x, bool) or not isinstance(x, int | float):
         return "—" if x is None else str(x)
     if isinstance(x, int):
-        return f"{x:,}"
-    if math.isnan(x):
+        text = f"{abs(x):,}"
+    elif math.isnan(x):
         return "—"
-    if math.isinf(x):
+    elif math.isinf(x):
         return "∞" if x > 0 else "−∞"
-    text = f"{x:.{digits}g}"
-    return text.replace("-", "−") if text.startswith("-") else text
+    elif 10**digits <= abs(x) < 1e15:
+        text = f"{round(abs(x)):,}"
+    else:
+        text = _EXPONENT.sub(lambda m: "e" + m[1].replace("+", "") + m[2], f"{abs(x):.{digits}g}")
+    return "−" + text if x < 0 else text
+
+
+_EXPONENT = re.compile(r"e([+-])0*(\d)")
 
 
 def fmt_interval(pair: Any, digits: int = 3) -> str:
@@ -66,6 +78,18 @@ def fmt_interval(pair: Any, digits: int = 3) -> str:
     if not isinstance(pair, list | tuple) or len(pair) != 2:
         return "—"
     return f"[{fmt_number(pair[0], digits)}, {fmt_number(pair[1], digits)}]"
+
+
+def fmt_count(n: Any, singular: str, plural: str | None = None) -> str:
+    """``n`` and a noun that agrees with it: "1 gate check", "3 gate checks", "0 bounds"."""
+    word = singular if n == 1 else (plural or singular + "s")
+    return f"{fmt_number(n)} {word}"
+
+
+def sentence_case(text: Any) -> str:
+    """The text with its first letter capitalised (the rest as written)."""
+    text = str(text)
+    return text[:1].upper() + text[1:]
 
 
 def fmt_percent(x: Any) -> str:
@@ -111,6 +135,14 @@ def _attribute_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _validity_legend(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Each validity label of the bounds table once, with its meaning, in table order."""
+    legend: dict[tuple[str, str], None] = {}
+    for row in rows:
+        legend.setdefault((row["validity_title"], str(row.get("validity_meaning") or "")), None)
+    return list(legend)
+
+
 def _bound_rows(bounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for b in bounds:
@@ -122,10 +154,132 @@ def _bound_rows(bounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "lower": lower,
                 "symbol": "ε" if b.get("parameter") == "epsilon" else "μ",
                 "validity": validity,
+                "rigorous": validity.startswith("rigorous"),
                 "validity_title": VALIDITY_TITLES.get(validity, validity),
             }
         )
     return rows
+
+
+#: How the headline names a bound's validity ("… (rigorous one-run bound, …)").
+HEADLINE_VALIDITY = {
+    "rigorous-multi-run": "rigorous multi-run",
+    "rigorous-one-run": "rigorous one-run",
+}
+
+#: Labels of tests on a trained target, as the membership kinds write them: "lira on the
+#: plain target", "loss attack on your target (model.skops)". Their bounds are grouped per
+#: target in the headline, and the attack is named as the source of the bound.
+_ON_TARGET = re.compile(r"^(?P<attack>.+?) on (?P<subject>(?:the .+ target|your target\b.*))$")
+
+
+def _subject(label: str, test: dict[str, Any] | None) -> tuple[str, str | None, bool]:
+    """Who a bound is about: (subject, source, whether the subject is a noun phrase)."""
+    match = _ON_TARGET.match(label)
+    if match:
+        attack = match["attack"]
+        return (
+            match["subject"],
+            f"the {attack}" + ("" if attack.endswith("attack") else " attack"),
+            True,
+        )
+    if label.endswith(" mechanism") or (test is not None and test.get("mechanism")):
+        return ("" if label.lower().startswith("the ") else "the ") + label, None, True
+    return label, None, False
+
+
+def _against(row: dict[str, Any]) -> dict[str, Any]:
+    """What the bound is held against, for the headline (the template words it)."""
+    upper = row.get("upper")
+    source = str(row.get("upper_source") or "")
+    if upper is None:
+        return {"upper": None}
+    if source.startswith("accountant "):
+        # "accountant ε (PLD)" reads "the accountant's ε = 1 (PLD)".
+        head, _, rest = source.removeprefix("accountant ").partition(" ")
+        return {"upper": upper, "who": "the accountant's", "what": head, "rest": rest}
+    if row["symbol"] in source:
+        head, _, rest = source.partition(row["symbol"])
+        return {
+            "upper": upper,
+            "who": "the " + head.strip(),
+            "what": row["symbol"],
+            "rest": rest.strip(),
+        }
+    return {"upper": upper, "who": "the " + source, "what": row["symbol"], "rest": ""}
+
+
+def _headline(rows: list[dict[str, Any]], tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per target (or per test), the largest rigorous lower bound, ready to put in words.
+
+    Only rigorous bounds (validity "rigorous-…") lead the report: a heuristic number
+    describes an attack and says nothing about the DP guarantee. Within a subject, one
+    statement per parameter (ε first, then μ), each with the largest bound; a violation
+    beats a larger bound that is not one. When no rigorous bound of a subject exceeds 0
+    the statement says so (which is not evidence of privacy: a stronger attack or more
+    trials might find leakage).
+    """
+    by_label = {str(t.get("label")): t for t in tests}
+    groups: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        label = str(row.get("test", ""))
+        subject, source, named = _subject(label, by_label.get(label))
+        group = groups.setdefault(
+            subject, {"subject": subject, "named": named, "rows": [], "heuristic": 0}
+        )
+        if row["rigorous"]:
+            group["rows"].append({**row, "source": source})
+        else:
+            group["heuristic"] += 1
+    headline = []
+    for group in groups.values():
+        statements = []
+        for parameter in ("epsilon", "mu"):
+            found = [r for r in group["rows"] if r.get("parameter") == parameter]
+            if not found:
+                continue
+            best = max(
+                found, key=lambda r: (bool(r.get("violation")), r["lower"].get("value") or 0.0)
+            )
+            validities = {r["validity"] for r in found}
+            levels = [r["lower"].get("confidence_level") for r in found]
+            statements.append(
+                {
+                    "symbol": best["symbol"],
+                    "value": best["lower"].get("value") or 0.0,
+                    "leaks": (best["lower"].get("value") or 0.0) > 0,
+                    "validity": HEADLINE_VALIDITY.get(best["validity"], best["validity"]),
+                    "confidence_level": best["lower"].get("confidence_level"),
+                    "source": best["source"],
+                    "violation": bool(best.get("violation")),
+                    "tightness": best.get("tightness"),
+                    "against": _against(best),
+                    # For "no evidence of leakage": how many bounds were looked at.
+                    "count": len(found),
+                    "sources": len({r["source"] for r in found if r["source"]}),
+                    "all_validity": (
+                        HEADLINE_VALIDITY.get(found[0]["validity"], found[0]["validity"])
+                        if len(validities) == 1
+                        else "rigorous"
+                    ),
+                    "min_confidence_level": min(
+                        (x for x in levels if isinstance(x, int | float)), default=None
+                    ),
+                }
+            )
+        leaking = [st for st in statements if st["leaks"]]
+        headline.append(
+            {
+                "subject": group["subject"],
+                "named": group["named"],
+                # Zero statements are dropped when another parameter shows leakage; when
+                # none does, the first (ε if any) says there is no evidence of leakage.
+                "statements": leaking or statements[:1],
+                "leaks": bool(leaking),
+                "heuristic_only": not statements and group["heuristic"] > 0,
+            }
+        )
+    return headline
 
 
 def render_report(results: dict[str, Any]) -> str:
@@ -151,6 +305,7 @@ def render_report(results: dict[str, Any]) -> str:
             }
         )
     checks = results.get("checks") or []
+    bounds = _bound_rows(results.get("bounds") or [])
     html = (
         _environment()
         .get_template("report.html.j2")
@@ -158,7 +313,9 @@ def render_report(results: dict[str, Any]) -> str:
             r=results,
             failed=[c for c in checks if not c.get("passed")],
             checks=checks,
-            bounds=_bound_rows(results.get("bounds") or []),
+            bounds=bounds,
+            headline=_headline(bounds, results.get("tests") or []),
+            validities=_validity_legend(bounds),
             tests=tests,
             attribute=_attribute_rows(results.get("attribute") or []),
             provenance=results.get("provenance") or {},
