@@ -16,7 +16,7 @@ import argparse
 import tempfile
 import time
 
-from dpaudit.canary_audit import run_dpsgd_from_section
+from dpaudit.kinds.dpsgd import run_dpsgd_from_section
 
 SETTINGS = {
     "white-box dirac, σ 0.8, T 8": {

@@ -204,10 +204,10 @@ def parse_config(data: dict[str, Any], *, source: str = "audit file") -> AuditCo
             raise ConfigError(
                 format_validation_error(exc, source=source, model=schema, prefix=(name,))
             ) from None
-    for name in config.audit.kinds:
+    for i, name in enumerate(config.audit.kinds):
         if name not in kind_names():
             raise ConfigError(
-                f"{source}: 'audit.kinds': unknown audit kind {name!r}; valid kinds: "
+                f"{source}: 'audit.kinds.{i}': unknown audit kind {name!r}; valid kinds: "
                 f"{', '.join(kind_names())}"
             )
         if name not in sections:

@@ -51,6 +51,11 @@ def _bounds(results: dict) -> list[tuple]:
     return [(b["parameter"], b["lower"]["value"], b["upper"]) for b in results["bounds"]]
 
 
+def _units(result, kind: str) -> dict[str, int]:
+    """The unit counts of one kind (without its store key)."""
+    return {k: v for k, v in result.provenance["units"][kind].items() if k != "key"}
+
+
 def test_killed_run_resumes_and_matches_uninterrupted(tmp_path: Path) -> None:
     (tmp_path / "slow_plugin.py").write_text(SLOW_PLUGIN)
     audit = _write(tmp_path, SLOW_AUDIT)
@@ -72,7 +77,7 @@ def test_killed_run_resumes_and_matches_uninterrupted(tmp_path: Path) -> None:
     # a torn temporary file (".<unit>.npz.<random>.tmp") may remain; it is never read as a unit
 
     resumed = run_audit(audit, output_dir=killed_dir)
-    assert resumed.provenance["units"]["mechanism"] == {
+    assert _units(resumed, "mechanism") == {
         "total": 24,
         "reused": finished_before,
         "computed": 24 - finished_before,
@@ -102,8 +107,96 @@ unit_size = 1000
     )
     assert first.provenance["units"]["mechanism"]["computed"] == 4
     assert again.provenance["units"]["mechanism"]["reused"] == 4
-    assert changed.provenance["units"]["mechanism"] == {"total": 4, "reused": 0, "computed": 4}
-    assert len(list((run_dir / "units").iterdir())) == 2  # one folder per config hash
+    assert _units(changed, "mechanism") == {"total": 4, "reused": 0, "computed": 4}
+    assert len(list((run_dir / "units").iterdir())) == 2  # one folder per unit key
+
+
+MECHANISM = """
+[audit]
+name = "reuse"
+kinds = ["mechanism"]
+confidence_level = 0.95
+[mechanism]
+name = "laplace"
+epsilon = 1.0
+trials = 4000
+[execution]
+unit_size = 1000
+"""
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "[gate]\nmax_epsilon_lower_bound = 0.5\nfail_on_violation = false",
+        "[report]\nhtml = false",
+        "[execution]\nunit_size = 1000\nworkers = 2\ndevice = 'cpu'",
+    ],
+)
+def test_gate_report_and_execution_changes_reuse_every_unit(tmp_path: Path, change: str) -> None:
+    # The unit key covers only what changes a unit's outputs (DESIGN §6): the gate, the
+    # report and where units run (all but unit_size, which cuts the work) do not.
+    run_dir = tmp_path / "run"
+    first = run_audit(_write(tmp_path, MECHANISM), output_dir=run_dir)
+    text = MECHANISM.replace("[execution]\nunit_size = 1000\n", "") + change + "\n"
+    if "unit_size" not in text:
+        text += "[execution]\nunit_size = 1000\n"
+    again = run_audit(_write(tmp_path, text, "changed.toml"), output_dir=run_dir)
+    assert _units(first, "mechanism")["computed"] == 4
+    assert _units(again, "mechanism") == {"total": 4, "reused": 4, "computed": 0}
+    assert first.provenance["units"]["mechanism"]["key"] == again.provenance["units"][
+        "mechanism"
+    ]["key"]
+    assert _bounds(first.to_dict()) == _bounds(again.to_dict())
+
+
+MEMBERSHIP = """
+[audit]
+name = "m"
+kinds = ["membership", "attribute"]
+seed = 1
+confidence_level = {c}
+delta = {delta}
+[data]
+dataset = "statsmodels:fair"
+sensitive = "rate_marriage"
+audited_size = 200
+[model]
+kind = "logistic"
+[training]
+epochs = 2
+batch_size = 32
+[training.dp]
+target_epsilon = 2.0
+[target]
+variants = ["plain", "dp"]
+[membership]
+attacks = ["loss"]
+[attribute]
+"""
+
+
+def test_membership_confidence_and_delta_changes_reuse_every_trained_model(
+    tmp_path: Path,
+) -> None:
+    # Units store scores, coins and records only; every bound comes after the store, so
+    # a new confidence level or δ re-measures the same trained targets.
+    run_dir = tmp_path / "run"
+    first = run_audit(_write(tmp_path, MEMBERSHIP.format(c=0.95, delta=1e-5)), output_dir=run_dir)
+    again = run_audit(
+        _write(tmp_path, MEMBERSHIP.format(c=0.9, delta=1e-6), "b.toml"), output_dir=run_dir
+    )
+    for kind in ("membership", "attribute"):
+        assert _units(first, kind)["computed"] == 2
+        assert _units(again, kind) == {"total": 2, "reused": 2, "computed": 0}
+    in_verdict = [c for c in again.comparisons if c.in_verdict]
+    assert in_verdict and all(c.lower.confidence_level == pytest.approx(0.9) for c in in_verdict)
+    assert all(c.lower.delta == 1e-6 for c in again.comparisons)
+    # the accountant's ε is re-accounted at the new δ: larger for a smaller δ
+    first_upper = max(c.upper for c in first.comparisons if c.upper is not None)
+    again_upper = max(c.upper for c in again.comparisons if c.upper is not None)
+    assert again_upper > first_upper
+    assert first.provenance["data_hash"] and len(first.provenance["data_hash"]) == 64
 
 
 def test_workers_give_the_same_result(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from scipy import stats
 
 from dpaudit import theory
-from dpaudit.canary_audit import DpsgdSection, one_run_guesses, run_dpsgd_from_section
+from dpaudit.kinds.dpsgd import DpsgdSection, one_run_guesses, run_dpsgd_from_section
 from dpaudit.errors import ConfigError
 from dpaudit.mechanisms import Claim
 from dpaudit.records import DPSGDRecord
@@ -147,10 +147,10 @@ def test_dpgd_white_box_dirac_mu_bound_near_exact_gdp(tmp_path):
 def test_dpgd_white_box_scores_are_the_gaussian_of_exact_gdp(tmp_path):
     # Scores/Σ: standardised by the known noise std √T·σC/n, the two arms are N(0, 1) and
     # N(μ, 1) with μ = √T/σ = 1. Kolmogorov–Smirnov at level 1e-3 on 1000 per arm.
-    from dpaudit.canary_audit import UnitConfig, dpsgd_unit
+    from dpaudit.kinds.dpsgd import DpsgdSpec, dpsgd_unit
 
     section = DpsgdSection.model_validate({**DPGD, "trials": 1000})
-    cfg = UnitConfig(section=section, seed=3, unit_size=2000, base_dir=str(HERE), delta=1e-5)
+    cfg = DpsgdSpec(section=section, seed=3, unit_size=2000, base_dir=str(HERE))
     unit = dpsgd_unit(cfg, "dpsgd-00000")
     n, steps, sigma = 50, 10, math.sqrt(10)
     z = unit["scores"] / (math.sqrt(steps) * sigma / n)
@@ -267,7 +267,7 @@ def test_poisson_dpsgd_black_box_mislabeled_is_consistent(tmp_path):
     out = _run(section, tmp_path, trials=100)
     assert _verdict(out) == "consistent"
     # The arms ran q = 25/100 (out) and 25/101 (in): the larger ε of the two is held.
-    records = out.tests[0]["dpsgd"]["upper_bound"]["records"]
+    records = out.tests[0].details["dpsgd"]["upper_bound"]["records"]
     assert {r["sampling_rate"] for r in records} == {25 / 100, 25 / 101}
 
 
@@ -327,10 +327,10 @@ def test_section_is_frozen_and_forbids_extra():
 
 
 def test_records_of_the_engine_are_what_ran(tmp_path):
-    from dpaudit.canary_audit import UnitConfig, dpsgd_unit
+    from dpaudit.kinds.dpsgd import DpsgdSpec, dpsgd_unit
 
     section = DpsgdSection.model_validate({**DPSGD_WHITE, "trials": 2})
-    cfg = UnitConfig(section=section, seed=0, unit_size=10, base_dir=str(HERE), delta=1e-5)
+    cfg = DpsgdSpec(section=section, seed=0, unit_size=10, base_dir=str(HERE))
     unit = dpsgd_unit(cfg, "dpsgd-00000")
     assert unit["steps"].tolist() == [2 * (100 // 25)] * 4
     assert unit["noise_multiplier"].tolist() == [0.8] * 4
@@ -341,11 +341,11 @@ def test_mu_bound_against_a_bracket_with_a_tail_uses_inflated_rates(tmp_path, mo
     # The μ bracket of Poisson DP-SGD holds for ε up to where δ = 1e-10 and leaves a tail
     # δ ≤ t beyond; the trade-off curve is then only ≥ G_high(α + t) − t. Force a large t
     # to see the correction: the μ lower bound must come from FPR_hi + t and FNR_hi + t.
-    from dpaudit import canary_audit
+    from dpaudit import upper_bounds
     from dpaudit.bounds import mu_from_rates
 
-    canary_audit._poisson_mu_high.cache_clear()
-    monkeypatch.setattr(canary_audit, "_poisson_mu_high", lambda sigma, q, steps: (1.5, 0.05))
+    upper_bounds._poisson_mu_high.cache_clear()
+    monkeypatch.setattr(upper_bounds, "_poisson_mu_high", lambda sigma, q, steps: (1.5, 0.05))
     out = _run(DPSGD_WHITE, tmp_path, trials=200)
     mu = next(c for c in out.comparisons if c.parameter == "mu")
     assert mu.upper == 1.5

@@ -23,7 +23,8 @@ def test_account_table_mnist():
 
 
 def test_account_json_with_batch_and_epochs():
-    # B = 256, N = 60000, 60 epochs ⇒ q = 256/60000 and T = ⌈60·60000/256⌉ = 14063
+    # B = 256, N = 60000, 60 epochs ⇒ q = 256/60000 and T = 60·⌊60000/256⌋ = 14040: the
+    # engine's (and Opacus' DPDataLoader's) int(1/q) steps per epoch.
     res = runner.invoke(
         app,
         [
@@ -37,7 +38,7 @@ def test_account_json_with_batch_and_epochs():
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
-    assert out["steps"] == 14063
+    assert out["steps"] == 14040
     assert out["sampling_rate"] == pytest.approx(256 / 60000)
     assert out["epsilon"]["pld"] == pytest.approx(2.38, abs=0.01)
     assert out["epsilon"]["rdp"] == pytest.approx(2.597, abs=0.005)
@@ -86,3 +87,31 @@ def test_account_nonpositive_sigma_exit_2(sigma):
     )
     assert res.exit_code == 2
     assert "The 'noise_multiplier' parameter must be in (0, inf)" in res.output
+
+
+def test_account_and_engine_agree_on_the_number_of_steps():
+    # The recipe of the issue that found them apart: B = 64, N = 1000, 10 epochs. The
+    # engine runs 10·⌊1000/64⌋ = 150 steps; `dpaudit account` must account the same.
+    import numpy as np
+
+    from dpaudit.models import ModelSpec
+    from dpaudit.training import DPConfig, TrainingSpec, train_many
+
+    res = runner.invoke(
+        app,
+        [
+            "account", "--noise-multiplier", "1", "--batch-size", "64",
+            "--dataset-size", "1000", "--epochs", "10", "--json",
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    accounted = json.loads(res.output)["steps"]
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((1000, 3)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.int64)
+    spec = TrainingSpec(epochs=10, batch_size=64, learning_rate=0.1, dp=DPConfig(1.0, 1.0))
+    result = train_many(
+        X, y, np.ones((1, 1000), dtype=bool), model=ModelSpec(kind="logistic"),
+        training=spec, seed=0, num_classes=2,
+    )  # fmt: skip
+    assert result.records[0].steps == accounted == 150

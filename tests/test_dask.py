@@ -19,9 +19,11 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from dpaudit.audit import mechanism_unit, mechanism_units, run_audit
+from dpaudit.audit import run_audit, run_context
 from dpaudit.config import load_config
 from dpaudit.errors import DpauditError
+from dpaudit.kinds import get_kind
+from dpaudit.kinds.base import UnitPlan
 from dpaudit.executors import run_units
 from dpaudit.store import RunStore
 
@@ -49,6 +51,10 @@ epsilon = 1.0
 unit_size = 1000
 {execution}
 """
+
+
+def _plan(config) -> UnitPlan:
+    return get_kind("mechanism").plan(config.section("mechanism"), run_context(config))
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +105,10 @@ def test_dask_results_equal_local_executor(tmp_path: Path, cluster) -> None:
         ),
         output_dir=tmp_path / "d",
     )
-    assert on_dask.provenance["units"]["mechanism"] == {"total": 12, "reused": 0, "computed": 12}
+    units = on_dask.provenance["units"]["mechanism"]
+    assert (units["total"], units["reused"], units["computed"]) == (12, 0, 12)
+    # the executor is not part of what a unit is: both runs name their units alike
+    assert units["key"] == local.provenance["units"]["mechanism"]["key"]
     assert [c.to_dict()["lower"] for c in on_dask.comparisons] == [
         c.to_dict()["lower"] for c in local.comparisons
     ]
@@ -110,11 +119,12 @@ def test_dask_results_equal_local_executor(tmp_path: Path, cluster) -> None:
 def test_killed_worker_loses_and_duplicates_no_unit(tmp_path: Path, cluster) -> None:
     distributed = pytest.importorskip("distributed")
     config = load_config(_audit(tmp_path, "slow", execution="", slow=True))
-    units = mechanism_units(config)
+    plan = _plan(config)
+    units = list(plan.units)
     assert len(units) == 16
 
     reference = RunStore(tmp_path / "reference", config.config_hash())
-    run_units(mechanism_unit, config, units, reference)
+    run_units(plan.fn, plan.spec, units, reference)
 
     store = CountingStore(tmp_path / "killed", config.config_hash())
     with distributed.Client(cluster.scheduler_address) as client:
@@ -134,8 +144,8 @@ def test_killed_worker_loses_and_duplicates_no_unit(tmp_path: Path, cluster) -> 
     killer = threading.Thread(target=kill_after_a_few_units, daemon=True)
     killer.start()
     stats = run_units(
-        mechanism_unit,
-        config,
+        plan.fn,
+        plan.spec,
         units,
         store,
         executor="dask",
@@ -155,11 +165,12 @@ def test_killed_worker_loses_and_duplicates_no_unit(tmp_path: Path, cluster) -> 
 
 def test_resume_on_dask_computes_only_missing_units(tmp_path: Path, cluster) -> None:
     config = load_config(_audit(tmp_path, "resume", execution=""))
-    units = mechanism_units(config)
+    plan = _plan(config)
+    units = list(plan.units)
     store = CountingStore(tmp_path / "r", config.config_hash())
-    run_units(mechanism_unit, config, units[:5], store)
+    run_units(plan.fn, plan.spec, units[:5], store)
     stats = run_units(
-        mechanism_unit, config, units, store, executor="dask", address=cluster.scheduler_address
+        plan.fn, plan.spec, units, store, executor="dask", address=cluster.scheduler_address
     )
     assert (stats.reused, stats.computed) == (5, 7)
     assert store.saves == dict.fromkeys(units, 1)
@@ -175,5 +186,6 @@ def test_missing_dask_names_the_extra(tmp_path: Path, monkeypatch) -> None:
 def test_unknown_executor_is_refused(tmp_path: Path) -> None:
     config = load_config(_audit(tmp_path, "bad", execution=""))
     store = RunStore(tmp_path / "b", config.config_hash())
+    plan = _plan(config)
     with pytest.raises(DpauditError, match=r"'executor' parameter must be one of .*'dask'"):
-        run_units(mechanism_unit, config, ["mechanism-00000"], store, executor="ray")
+        run_units(plan.fn, plan.spec, ["mechanism-00000"], store, executor="ray")

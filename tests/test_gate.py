@@ -9,14 +9,15 @@ from typer.testing import CliRunner
 
 from dpaudit.bounds import epsilon_from_counts, mu_from_counts
 from dpaudit.cli import app
-from dpaudit.config import GateSection
 from dpaudit.gate import evaluate_gate
-from dpaudit.results import Comparison
+from dpaudit.results import Comparison, TestSummary
+from dpaudit.sections import GateSection
 
 
-def _test(label: str, auc: float, advantage: float, tprs: dict[float, float]) -> dict:
+def _test(label: str, auc: float, advantage: float, tprs: dict[float, float]) -> TestSummary:
     rows = [{"target_fpr": f, "tpr": t} for f, t in tprs.items()]
-    return {"label": label, "metrics": {"auc": auc, "advantage": advantage, "tpr_at_fpr": rows}}
+    metrics = {"auc": auc, "advantage": advantage, "tpr_at_fpr": rows}
+    return TestSummary(label, label, ("H0", "H1"), 10, 10, metrics, {}, {})
 
 
 TESTS = [

@@ -30,9 +30,7 @@ MECHANISM_AUDITS = [
 def run_small(name: str, out: Path, *, trials: int = 4_000) -> dict[str, Any]:
     """Run an example audit with fewer trials and return its results.json dict."""
     config = load_config(AUDITS / f"{name}.toml")
-    small = config.model_copy(
-        update={"mechanism": config.mechanism.model_copy(update={"trials": trials})}
-    )
+    small = config.with_section("mechanism", trials=trials)
     run_audit(small, output_dir=out)
     return json.loads((out / "results.json").read_text(encoding="utf-8"))
 

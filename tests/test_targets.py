@@ -18,21 +18,21 @@ import numpy as np
 import pytest
 import torch
 
-from dpaudit.audit import run_audit
+from dpaudit.audit import run_audit, run_context
 from dpaudit.config import load_config
 from dpaudit.errors import ConfigError, DataError, DpauditError
 from dpaudit.models import ModelSpec
-from dpaudit.targets import (
-    RECIPE_NOTE,
-    LoadedTarget,
-    byo_unit,
-    byo_units,
-    load_byo_data,
-    load_target,
-)
+from dpaudit.kinds.membership import RECIPE_NOTE, byo_spec
+from dpaudit.sections import ByoSpec
+from dpaudit.targets import LoadedTarget, byo_unit, byo_units, load_byo_data, load_target
 from dpaudit.training import TrainingSpec, train_many
 
 N_AUDITED, N_POPULATION, D, C = 300, 200, 6, 3
+
+
+def _spec(config) -> ByoSpec:
+    """What a brought target's units receive (the membership kind builds it)."""
+    return byo_spec(config.section("membership"), run_context(config))
 
 AUDIT = """
 [audit]
@@ -148,8 +148,8 @@ def _config(root: Path, target: str, *, attacks: str = '["loss"]', name: str = "
 )
 def test_each_format_scores_like_the_in_memory_model(world, target: str) -> None:
     config = _config(world["root"], f'{target}\nmembership = "member"')
-    (unit,) = byo_units(config)
-    out = byo_unit(config, unit)
+    (unit,) = byo_units(_spec(config))
+    out = byo_unit(_spec(config), unit)
     np.testing.assert_array_equal(out["membership"], world["member"])
     # The loss attack's score is −loss; file and memory compute the same float32 logits
     # up to the order of operations (ONNX Runtime's kernels): a few float32 ulps.
@@ -158,8 +158,8 @@ def test_each_format_scores_like_the_in_memory_model(world, target: str) -> None
 
 def test_safetensors_file_into_the_model_section_architecture(world) -> None:
     config = _config(world["root"], 'path = "m.safetensors"\nmembership = "member"')
-    data = load_byo_data(config)
-    target, warnings = load_target(config, num_features=D, num_classes=C)
+    data = load_byo_data(_spec(config))
+    target, warnings = load_target(_spec(config), num_features=D, num_classes=C)
     assert warnings == []
     assert data.audited.size == N_AUDITED
     assert data.population.size == N_POPULATION
@@ -176,7 +176,7 @@ def test_skops_model_matches_in_memory_estimator(world) -> None:
     est = LogisticRegression(max_iter=500).fit(X[:N_AUDITED][member], y[:N_AUDITED][member])
     dump(est, world["root"] / "lr.skops")
     config = _config(world["root"], 'path = "lr.skops"\nmembership = "member"')
-    out = byo_unit(config, byo_units(config)[0])
+    out = byo_unit(_spec(config), byo_units(_spec(config))[0])
     p = est.predict_proba(X[:N_AUDITED].astype(np.float64))
     expected = np.log(p[np.arange(N_AUDITED), y[:N_AUDITED]])  # −loss = log p_y
     np.testing.assert_allclose(out["scores"], expected, rtol=0, atol=1e-12)
@@ -201,12 +201,12 @@ def test_skops_untrusted_type_is_refused_with_its_name(world) -> None:
         dump(pipe, root / "pipe.skops")
         config = _config(root, 'path = "pipe.skops"\nmembership = "member"')
         with pytest.raises(DpauditError, match=r"skops_plugin\.shift.*trusted_types"):
-            load_target(config, num_features=D, num_classes=C)
+            load_target(_spec(config), num_features=D, num_classes=C)
         trusted = _config(
             root,
             'path = "pipe.skops"\nmembership = "member"\ntrusted_types = ["skops_plugin.shift"]',
         )
-        target, _ = load_target(trusted, num_features=D, num_classes=C)
+        target, _ = load_target(_spec(trusted), num_features=D, num_classes=C)
         np.testing.assert_allclose(
             target.probabilities(world["X"][:7])[0].numpy(),
             pipe.predict_proba(world["X"][:7].astype(np.float64)),
@@ -224,7 +224,7 @@ def test_pickle_is_refused_by_default_saying_how_to_allow_it(world) -> None:
 
 def test_pickle_allowed_is_reported(world) -> None:
     config = _config(world["root"], 'path = "m.pkl"\nmembership = "member"\nallow_pickle = true')
-    _, warnings = load_target(config, num_features=D, num_classes=C)
+    _, warnings = load_target(_spec(config), num_features=D, num_classes=C)
     assert len(warnings) == 1
     assert "allow_pickle = true" in warnings[0]
     result = run_audit(config, output_dir=world["root"] / "run-pickle", write=False)
@@ -276,7 +276,7 @@ def test_scores_file_gives_the_models_metrics(world, name: str, columns: str) ->
         output_dir=world["root"] / f"run-{name}",
         write=False,
     )
-    got, want = from_scores.tests[0]["metrics"], from_model.tests[0]["metrics"]
+    got, want = from_scores.tests[0].metrics, from_model.tests[0].metrics
     # The ROC depends only on the order of the scores; float64 losses recomputed from
     # logits / probabilities keep that order unless two rows tie within ~1e-15.
     assert got["auc"] == pytest.approx(want["auc"], abs=1e-12)
@@ -307,8 +307,8 @@ def test_report_states_coins_and_recipe(world) -> None:
         ),
         output_dir=world["root"] / "run-lira",
     )
-    assert [t["attack"]["name"] for t in result.tests] == ["loss", "lira"]
-    lira = result.tests[1]
+    assert [t.details["attack"]["name"] for t in result.tests] == ["loss", "lira"]
+    lira = result.tests[1].details
     assert RECIPE_NOTE in lira["attack"]["notes"]
     assert RECIPE_NOTE in result.warnings
     assert lira["target"]["membership_by_coin"] is True
@@ -355,19 +355,19 @@ def test_index_file_membership(world) -> None:
     )
     (root / "idx.toml").write_text(text.replace("csv:data.csv", "csv:data_plain.csv"))
     config = load_config(root / "idx.toml")
-    data = load_byo_data(config)
+    data = load_byo_data(_spec(config))
     np.testing.assert_array_equal(data.audited, rows)
     np.testing.assert_array_equal(data.membership, world["member"])
-    out = byo_unit(config, byo_units(config)[0])
+    out = byo_unit(_spec(config), byo_units(_spec(config))[0])
     np.testing.assert_allclose(out["scores"], -world["loss"], rtol=0, atol=1e-6)
 
 
 def test_changed_model_file_changes_the_units(world) -> None:
     config = _config(world["root"], 'path = "m.safetensors"\nmembership = "member"')
-    before = byo_units(config)
-    assert byo_units(config) == before  # deterministic
+    before = byo_units(_spec(config))
+    assert byo_units(_spec(config)) == before  # deterministic
     other = _config(world["root"], 'path = "m.onnx"\nmembership = "member"')
-    assert byo_units(other) != before
+    assert byo_units(_spec(other)) != before
 
 
 def test_single_output_and_probability_targets() -> None:
@@ -407,7 +407,7 @@ def test_bad_target_tables(tmp_path: Path, target: str, match: str) -> None:
 def test_missing_membership_column_names_the_columns(world) -> None:
     config = _config(world["root"], 'path = "m.onnx"\nmembership = "trained"')
     with pytest.raises(DataError, match=r"'trained' is not a column.*x0, x1"):
-        load_byo_data(config)
+        load_byo_data(_spec(config))
 
 
 def test_model_that_does_not_fit_the_data(world) -> None:
@@ -416,18 +416,18 @@ def test_model_that_does_not_fit_the_data(world) -> None:
     (root / "wide.toml").write_text(text.replace("hidden = [16]", "hidden = [8]"))
     config = load_config(root / "wide.toml")
     with pytest.raises(DataError, match=r"hidden widths \(16,\).*hidden=\[8\]"):
-        load_target(config, num_features=D, num_classes=C)
+        load_target(_spec(config), num_features=D, num_classes=C)
 
 
 def test_example_byo_sklearn_audit_loads_and_scores() -> None:
     root = Path(__file__).resolve().parents[1]
     config = load_config(root / "audits" / "byo-sklearn.toml")
-    data = load_byo_data(config)
+    data = load_byo_data(_spec(config))
     assert data.audited.size == 1000
     assert data.population.size == data.dataset.num_rows - 1000
-    units = byo_units(config)
+    units = byo_units(_spec(config))
     assert [u.rsplit("-", 1)[1] for u in units] == ["loss", "shadow", "lira"]
-    out = byo_unit(config, units[0])  # the loss attack: no reference models to train
+    out = byo_unit(_spec(config), units[0])  # the loss attack: no reference models to train
     info = json.loads(str(out["info"]))
     assert info["target"]["format"] == "skops"
     assert info["accuracy"]["members"] == 1.0  # the script's model fits its members

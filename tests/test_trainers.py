@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dpaudit.canary_audit import run_dpsgd_from_section
+from dpaudit.kinds.dpsgd import run_dpsgd_from_section
 from dpaudit.errors import ConfigError
 from dpaudit.trainers import TRAINERS, get_trainer
 
@@ -48,7 +48,7 @@ class TestTrainerContract:
         values = [(c.parameter, c.lower.value, c.upper) for c in first.comparisons]
         assert values == [(c.parameter, c.lower.value, c.upper) for c in again.comparisons]
         summary = first.tests[0]
-        assert (summary["negatives"], summary["positives"]) == (TRIALS, TRIALS)
+        assert (summary.negatives, summary.positives) == (TRIALS, TRIALS)
         assert all(math.isfinite(c.lower.value) and c.lower.value >= 0 for c in first.comparisons)
 
     def test_upper_bound_comes_from_what_ran(self, trainer: str, tmp_path: Path) -> None:

@@ -381,51 +381,9 @@ def _ran_arrays(out: TrainerOutput) -> dict[str, np.ndarray]:
 # ------------------------------------------------------------------------------ one run
 
 
-class _OneRunCanaries:
-    """Adds m Dirac canaries to the privatised gradient of ONE model and sums projections.
-
-    Each included canary joins a step with the model's Poisson rate q (always, when full
-    batch), adding C / (expected batch size) to its coordinate of the privatised gradient:
-    a record whose gradient has norm C (the clipping bound), summed before the division
-    by q·n, exactly what the engine does for one gradient canary.
-    """
-
-    def __init__(
-        self,
-        indices: np.ndarray,
-        included: np.ndarray,
-        *,
-        q: float,
-        clip: float,
-        denominator: float,
-        seed: int,
-        full_batch: bool,
-    ) -> None:
-        import torch
-
-        self.indices = torch.as_tensor(indices)
-        self.included = included
-        self.q = q
-        self.add = clip / denominator
-        self.rng = np.random.default_rng([seed, 9])
-        self.full_batch = full_batch
-        self.sums = np.zeros(indices.size)
-        self._torch = torch
-
-    def __call__(self, info: Any) -> None:
-        torch = self._torch
-        if not bool(info.active[0]):
-            return
-        m = self.indices.numel()
-        coins = np.ones(m, dtype=bool) if self.full_batch else self.rng.random(m) < self.q
-        bump = torch.as_tensor((coins & self.included) * self.add, dtype=info.gradients.dtype)
-        info.gradients[0, self.indices] += bump
-        self.sums += info.gradients[0, self.indices].double().numpy()
-
-
 def _one_run_unit(spec: DpsgdSpec) -> dict[str, np.ndarray]:
     from dpaudit.canaries import with_zero_feature
-    from dpaudit.training import train_many
+    from dpaudit.training import CoordinateCanaries, train_many
 
     s = spec.section
     one = s.one_run
@@ -440,34 +398,24 @@ def _one_run_unit(spec: DpsgdSpec) -> dict[str, np.ndarray]:
     d = X.shape[1]
     indices = np.arange(d - m, d)  # flat index c·d + j with c = 0
     included = np.random.default_rng([_stream_seed(spec.seed, 5)]).random(m) < 0.5
-    training = base.training
     n = X.shape[0]
-    q = 1.0 if training.full_batch else training.batch_size / n
-    dp = training.dp
-    assert dp is not None  # the schema requires dp for the dpsgd trainer
-    observer = _OneRunCanaries(
-        indices,
-        included,
-        q=q,
-        clip=dp.clipping_norm,
-        denominator=q * n,
-        seed=_stream_seed(spec.seed, 6),
-        full_batch=training.full_batch,
-    )
+    # The engine adds each included canary as an extra record of norm C, sampled with
+    # the model's own q, and sums the privatised gradient at each canary's coordinate.
     result = train_many(
         X,
         base.y,
         np.ones((1, n), dtype=bool),
         model=base.model,
-        training=training,
+        training=base.training,
         seed=_stream_seed(spec.seed, 7),
         num_classes=base.num_classes,
-        step_observer=observer,
+        coordinate_canaries=CoordinateCanaries(indices, included, seed=_stream_seed(spec.seed, 6)),
     )
     r = result.records[0]
     assert r is not None
+    assert result.canary_sums is not None  # asked for with coordinate_canaries
     return {
-        "one_run_scores": observer.sums,
+        "one_run_scores": result.canary_sums,
         "one_run_included": included,
         **record_arrays([r]),
     }

@@ -42,6 +42,7 @@ from dpaudit.models import (
     derive_generator,
     layer_shapes,
 )
+from dpaudit.recipes import sampling_plan
 from dpaudit.records import DPSGDRecord
 from dpaudit.training.specs import (
     CoordinateCanaries,
@@ -264,21 +265,25 @@ def _prepare_data(
 def _sampling_plan(
     sizes: np.ndarray, training: TrainingSpec
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Return per-model sampling rates q, step counts T and expected batch sizes q·n."""
-    if training.full_batch:
-        return np.ones(len(sizes)), np.full(len(sizes), training.epochs), sizes.astype(float)
-    small = np.flatnonzero(sizes < training.batch_size)
-    if small.size:
+    """Return per-model sampling rates q, step counts T and expected batch sizes q·n.
+
+    q and T come from :func:`dpaudit.recipes.sampling_plan`, the one formula that noise
+    calibration and ``dpaudit account`` use too: what is accounted is what runs here.
+    """
+    if not training.full_batch and np.any(sizes < training.batch_size):
         raise ConfigError(
             f"The 'batch_size' parameter must be at most the number of members of every "
             f"model ({int(sizes.min())}), since q = batch_size / members must be <= 1. "
             f"Got {training.batch_size} instead."
         )
-    rates = training.batch_size / sizes
-    # Opacus' DPDataLoader makes int(1 / q) steps per epoch; n // b is the same number
-    # computed without floating-point rounding.
-    steps = training.epochs * (sizes // training.batch_size)
-    return rates, steps.astype(np.int64), rates * sizes
+    rates, steps = sampling_plan(
+        sizes,
+        batch_size=training.batch_size,
+        epochs=training.epochs,
+        full_batch=training.full_batch,
+    )
+    expected = sizes.astype(float) if training.full_batch else rates * sizes
+    return rates, steps, expected
 
 
 def _chunk_size(
