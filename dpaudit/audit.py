@@ -13,6 +13,7 @@ import hashlib
 import platform
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -126,40 +127,32 @@ def run_audit(
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     check_runnable(config)
-    context = run_context(config)
-    kinds = [(name, get_kind(name), config.section(name)) for name in config.audit.kinds]
-
-    # 1. Units: each kind's raw outputs, computed where missing, stored, read back.
-    outputs: dict[str, dict[str, dict[str, np.ndarray]]] = {}
-    units: dict[str, dict[str, Any]] = {}
-    timings: dict[str, float] = {}
-    for name, kind, section in kinds:
-        tk = time.perf_counter()
-        plan = kind.plan(section, context)
-        key = plan.key(name)
-        store = RunStore(run_dir, key)
-        stats = _run_plan(config, plan, store, progress)
-        outputs[name] = {u: store.load(u) for u in plan.units}
-        units[name] = {**stats.to_dict(), "key": key}
-        timings[name] = time.perf_counter() - tk
-
-    # 2. One budget: count every kind's in-verdict comparisons before any bound exists.
-    counts = {name: kind.comparisons(section, context, outputs[name]) for name, kind, section in kinds}
-    budget = VerdictBudget(config.audit.confidence_level, sum(counts.values()))
-
-    # 3. Bounds, after the store, every in-verdict one at the same per-bound level.
-    summaries = []
-    for name, kind, section in kinds:
-        tk = time.perf_counter()
-        summaries.append(kind.summarise(section, context, outputs[name], level=budget.level))
-        timings[name] += time.perf_counter() - tk
+    stored = _compute_units(config, run_dir, progress)
+    budget, counts = _allocate_budget(config, stored)
+    summaries = _summarise(config, stored, budget)
     tests = tuple(t for s in summaries for t in s.tests)
     comparisons = tuple(c for s in summaries for c in s.comparisons)
     attribute = tuple(a for s in summaries for a in s.attribute)
-    warnings = tuple(w for s in summaries for w in s.warnings)
-
     checks = evaluate_gate(config.gate, comparisons=comparisons, tests=tests, attribute=attribute)
+    timings = {name: st.seconds for name, st in stored.items()}
     timings["total"] = time.perf_counter() - t0
+    provenance = {
+        **_environment(),
+        "config_hash": config.config_hash(),
+        "data_hash": _data_hash(summaries),
+        "seed": config.audit.seed,
+        "started": started.isoformat(timespec="seconds"),
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        "timings_seconds": timings,
+        "units": {name: {**st.stats.to_dict(), "key": st.key} for name, st in stored.items()},
+        "verdict_budget": {
+            "confidence_level": budget.confidence_level,
+            "comparisons": budget.comparisons,
+            "per_kind": counts,
+            "level_each": budget.level,
+        },
+        "run_dir": str(run_dir),
+    }
     result = AuditResult(
         name=config.audit.name,
         verdict="pass" if all(c.passed for c in checks) else "fail",
@@ -170,31 +163,76 @@ def run_audit(
         attribute=attribute,
         config=config.to_dict(),
         config_text=config.text,
-        provenance={
-            "dpaudit_version": __version__,
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "libraries": _library_versions(),
-            "config_hash": config.config_hash(),
-            "data_hash": _data_hash(summaries),
-            "seed": config.audit.seed,
-            "started": started.isoformat(timespec="seconds"),
-            "finished": datetime.now(UTC).isoformat(timespec="seconds"),
-            "timings_seconds": timings,
-            "units": units,
-            "verdict_budget": {
-                "confidence_level": budget.confidence_level,
-                "comparisons": budget.comparisons,
-                "per_kind": counts,
-                "level_each": budget.level,
-            },
-            "run_dir": str(run_dir),
-        },
-        warnings=warnings,
+        provenance=provenance,
+        warnings=tuple(w for s in summaries for w in s.warnings),
     )
     if write:
         write_outputs(result, run_dir, html=config.report.html)
     return result
+
+
+@dataclass
+class _Stored:
+    """One kind's stored unit outputs, how they were obtained, and its time so far."""
+
+    outputs: dict[str, dict[str, np.ndarray]]
+    stats: UnitStats
+    key: str
+    seconds: float
+
+
+def _compute_units(
+    config: AuditConfig, run_dir: Path, progress: Progress | None
+) -> dict[str, _Stored]:
+    """Step 1: every kind's units, computed where missing, stored, and read back."""
+    context = run_context(config)
+    stored = {}
+    for name in config.audit.kinds:
+        t0 = time.perf_counter()
+        plan = get_kind(name).plan(config.section(name), context)
+        key = plan.key(name)
+        store = RunStore(run_dir, key)
+        stats = _run_plan(config, plan, store, progress)
+        outputs = {u: store.load(u) for u in plan.units}
+        stored[name] = _Stored(outputs, stats, key, time.perf_counter() - t0)
+    return stored
+
+
+def _allocate_budget(
+    config: AuditConfig, stored: dict[str, _Stored]
+) -> tuple[VerdictBudget, dict[str, int]]:
+    """Step 2: count every kind's in-verdict comparisons before any bound is computed."""
+    context = run_context(config)
+    counts = {
+        name: get_kind(name).comparisons(config.section(name), context, st.outputs)
+        for name, st in stored.items()
+    }
+    return VerdictBudget(config.audit.confidence_level, sum(counts.values())), counts
+
+
+def _summarise(
+    config: AuditConfig, stored: dict[str, _Stored], budget: VerdictBudget
+) -> list[KindSummary]:
+    """Step 3: every bound, after the store, each in-verdict one at the budget's level."""
+    context = run_context(config)
+    summaries = []
+    for name, st in stored.items():
+        t0 = time.perf_counter()
+        kind = get_kind(name)
+        summaries.append(
+            kind.summarise(config.section(name), context, st.outputs, level=budget.level)
+        )
+        st.seconds += time.perf_counter() - t0
+    return summaries
+
+
+def _environment() -> dict[str, Any]:
+    return {
+        "dpaudit_version": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "libraries": _library_versions(),
+    }
 
 
 def write_outputs(result: AuditResult, run_dir: Path, *, html: bool = True) -> None:

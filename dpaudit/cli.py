@@ -14,13 +14,20 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from dpaudit.errors import DpauditError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from dpaudit.results import AuditResult
 
@@ -51,7 +58,7 @@ def _root() -> None:
 
 
 @contextmanager
-def _progress(quiet: bool) -> Iterator[object | None]:
+def _progress(quiet: bool) -> Iterator[Callable[[str, int, int], None] | None]:
     """A rich progress display whose callback matches :data:`dpaudit.audit.Progress`."""
     if quiet:
         yield None
@@ -64,7 +71,7 @@ def _progress(quiet: bool) -> Iterator[object | None]:
         console=err_console,
         transient=True,
     )
-    tasks: dict[str, int] = {}
+    tasks: dict[str, TaskID] = {}
 
     def update(description: str, total: int, advance: int) -> None:
         if description not in tasks:
@@ -76,6 +83,8 @@ def _progress(quiet: bool) -> Iterator[object | None]:
 
 
 def _summary(result: AuditResult) -> None:
+    from dpaudit.bounds import EpsilonBound
+
     table = Table(title=f"dpaudit: {result.name}", title_justify="left")
     table.add_column("test", ratio=1, overflow="fold")
     table.add_column("bound", no_wrap=True)
@@ -89,9 +98,7 @@ def _summary(result: AuditResult) -> None:
     for c in shown:
         upper = "-" if c.upper is None else f"{c.upper:.4g}"
         tight = "-" if c.tightness is None else f"{c.tightness:.3f}"
-        name = ("ε" if c.parameter == "epsilon" else "μ") + (
-            f" δ={c.lower.delta:g}" if c.parameter == "epsilon" else ""
-        )
+        name = f"ε δ={c.lower.delta:g}" if isinstance(c.lower, EpsilonBound) else "μ"
         mark = " [bold red]VIOLATION[/]" if c.violation else ""
         validity = c.lower.validity.replace("rigorous-", "rigorous, ")
         table.add_row(c.test, name, f"{c.lower.value:.4g}{mark}", upper, tight, validity)
@@ -205,7 +212,6 @@ def account(
 
     from dpaudit import accounting
     from dpaudit.errors import check_in_interval
-
     from dpaudit.recipes import sampling_plan, steps_from_rate
 
     if (sampling_rate is None) == (batch_size is None and dataset_size is None):
@@ -232,12 +238,21 @@ def account(
                 )
             else:
                 steps = steps_from_rate(q, epochs=epochs)
-        kw = {"noise_multiplier": noise_multiplier, "sampling_rate": q, "steps": steps}
+        assert steps is not None  # exactly one of --steps / --epochs, checked above
         eps = {
-            kind: accounting.dpsgd_epsilon(**kw, delta=delta, accountant=kind)
+            kind: accounting.dpsgd_epsilon(
+                noise_multiplier=noise_multiplier,
+                sampling_rate=q,
+                steps=steps,
+                delta=delta,
+                accountant=kind,
+            )
             for kind in ("pld", "rdp")
         }
-        bracket = accounting.mu_bracket(accounting.dpsgd_event(**kw))
+        event = accounting.dpsgd_event(
+            noise_multiplier=noise_multiplier, sampling_rate=q, steps=steps
+        )
+        bracket = accounting.mu_bracket(event)
     except DpauditError as exc:
         raise fail(str(exc)) from None
     if as_json:

@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, PrivateAttr, ValidationError
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from dpaudit.errors import ConfigError
 from dpaudit.kinds import get_kind, kind_names
@@ -62,7 +62,7 @@ class AuditConfig(Table):
     gate: GateSection = GateSection()
     execution: ExecutionSection = ExecutionSection()
     report: ReportSection = ReportSection()
-    sections: dict[str, Any] = {}
+    sections: dict[str, Any] = Field(default_factory=dict)
 
     # Where the file came from (not part of the schema, nor of the config hash).
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)

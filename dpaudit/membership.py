@@ -49,11 +49,12 @@ from dpaudit.bounds import (
 )
 from dpaudit.data import Dataset, split_dataset
 from dpaudit.errors import DataError, DpauditError, InsufficientTrialsError, check_in_interval
+from dpaudit.models import ModelStack
 from dpaudit.stats import ConfidenceInterval, check_confidence_level, clopper_pearson
 from dpaudit.tradeoff import MembershipMetrics, membership_metrics
 
 if TYPE_CHECKING:
-    from dpaudit.models import ModelSpec, ModelStack
+    from dpaudit.models import ModelSpec
     from dpaudit.records import DPSGDRecord
     from dpaudit.training import TrainingSpec, TrainResult
 
@@ -221,6 +222,8 @@ def prepare_target(
         device=device,
         progress=progress,
     )
+    if not isinstance(result.models, ModelStack):  # the engine path always gives a stack
+        raise DpauditError("The target's training returned no ModelStack.")
     return AuditedTarget(
         dataset=split.dataset,
         audited=split.train,
@@ -564,8 +567,9 @@ def audit_membership(
         raise DataError("Every audited row won its coin; no non-member to compare with.")
     accuracy = _accuracy(target.models, X, y, coins)
     outcomes = []
-    for i, scored in enumerate(score_attacks(target, resolved, seed=seed, device=device,
-                                             progress=progress)):  # fmt: skip
+    for i, scored in enumerate(
+        score_attacks(target, resolved, seed=seed, device=device, progress=progress)
+    ):
         key = scored.attack if scored.attack not in seconds else f"{scored.attack}#{i}"
         seconds[key] = scored.seconds
         outcomes.append(
@@ -845,9 +849,13 @@ def audit_attribute(
     guesses = guess_attributes(target)
     eps = _accountant_epsilon(target.record, d)
     return attribute_result(
-        guesses, confidence_level=c, delta=d, accountant_epsilon=eps, seed=seed,
+        guesses,
+        confidence_level=c,
+        delta=d,
+        accountant_epsilon=eps,
+        seed=seed,
         seconds=time.perf_counter() - t0,
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True, repr=False)

@@ -1,4 +1,4 @@
-"""Recipes: ``[model]`` / ``[training]`` tables → the engine's specs, and the ONE formula for q and T.
+"""Recipes: ``[model]`` / ``[training]`` → the engine's specs; the ONE formula for q and T.
 
 Every part of dpaudit that needs the sampling rate q or the number of steps T of a
 training recipe — the engine, noise calibration in every kind, ``dpaudit account`` —

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from dpaudit.bounds import VALIDITY_MEANING, EpsilonBound, MuBound, _jsonable
-from dpaudit.theory import gdp_epsilon, tradeoff_dp, tradeoff_gdp
 from dpaudit.stats import clopper_pearson
+from dpaudit.theory import gdp_epsilon, tradeoff_dp, tradeoff_gdp
 from dpaudit.tradeoff import TradeoffCurve, membership_metrics
 
 SCHEMA_VERSION = "1.1"

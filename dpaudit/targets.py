@@ -38,8 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from dpaudit.errors import ConfigError, DataError, DpauditError, InsufficientTrialsError
-
+from dpaudit.errors import ConfigError, DataError, DpauditError
 from dpaudit.sections import ByoSpec
 
 if TYPE_CHECKING:
@@ -315,7 +314,7 @@ def load_target(
     warnings: list[str] = []
     fmt = t.model_format()
     description: dict[str, Any] = {"format": fmt or "factory", "output": t.output}
-    output = t.output
+    output: str = t.output
     if t.path is None:
         assert t.factory is not None  # the schema requires path or factory here
         obj = _import_factory(t.factory, Path(config.base_dir))()
@@ -513,6 +512,8 @@ def read_scores(config: ByoSpec) -> tuple[np.ndarray, np.ndarray, str]:
     from dpaudit.attacks.base import true_class_loss
 
     t = config.target
+    if t.scores is None:
+        raise DataError("[target] names no scores file.")
     path = _check_file(config.resolve(t.scores), "scores file")
     frame = _read_table(path)
     column = t.membership or "member"
@@ -662,7 +663,8 @@ def byo_unit(config: ByoSpec, unit: str) -> dict[str, np.ndarray]:
     m = config.model
     members = int(data.membership.sum())
     context = AttackContext(
-        target=seen,  # type: ignore[arg-type]  (duck-typed: logits / num_features / num_models)
+        # duck-typed: attacks read only logits / num_features / num_classes / num_models
+        target=seen,  # type: ignore[arg-type]
         model=ModelSpec(kind=m.kind, hidden=tuple(m.hidden), activation=m.activation),
         training=_reference_training(config, members),
         target_train_size=members,

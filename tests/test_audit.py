@@ -144,9 +144,10 @@ def test_gate_report_and_execution_changes_reuse_every_unit(tmp_path: Path, chan
     again = run_audit(_write(tmp_path, text, "changed.toml"), output_dir=run_dir)
     assert _units(first, "mechanism")["computed"] == 4
     assert _units(again, "mechanism") == {"total": 4, "reused": 4, "computed": 0}
-    assert first.provenance["units"]["mechanism"]["key"] == again.provenance["units"][
-        "mechanism"
-    ]["key"]
+    assert (
+        first.provenance["units"]["mechanism"]["key"]
+        == again.provenance["units"]["mechanism"]["key"]
+    )
     assert _bounds(first.to_dict()) == _bounds(again.to_dict())
 
 
@@ -190,13 +191,14 @@ def test_membership_confidence_and_delta_changes_reuse_every_trained_model(
         assert _units(first, kind)["computed"] == 2
         assert _units(again, kind) == {"total": 2, "reused": 2, "computed": 0}
     in_verdict = [c for c in again.comparisons if c.in_verdict]
-    assert in_verdict and all(c.lower.confidence_level == pytest.approx(0.9) for c in in_verdict)
+    assert in_verdict
+    assert all(c.lower.confidence_level == pytest.approx(0.9) for c in in_verdict)
     assert all(c.lower.delta == 1e-6 for c in again.comparisons)
     # the accountant's ε is re-accounted at the new δ: larger for a smaller δ
     first_upper = max(c.upper for c in first.comparisons if c.upper is not None)
     again_upper = max(c.upper for c in again.comparisons if c.upper is not None)
     assert again_upper > first_upper
-    assert first.provenance["data_hash"] and len(first.provenance["data_hash"]) == 64
+    assert len(first.provenance["data_hash"]) == 64
 
 
 def test_workers_give_the_same_result(tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ import pytest
 from scipy import stats
 
 from dpaudit import theory
-from dpaudit.kinds.dpsgd import DpsgdSection, one_run_guesses, run_dpsgd_from_section
 from dpaudit.errors import ConfigError
+from dpaudit.kinds.dpsgd import DpsgdSection, one_run_guesses, run_dpsgd_from_section
 from dpaudit.mechanisms import Claim
 from dpaudit.records import DPSGDRecord
 from dpaudit.trainers import (

@@ -22,9 +22,9 @@ pytest.importorskip("distributed")
 from dpaudit.audit import run_audit, run_context
 from dpaudit.config import load_config
 from dpaudit.errors import DpauditError
+from dpaudit.executors import run_units
 from dpaudit.kinds import get_kind
 from dpaudit.kinds.base import UnitPlan
-from dpaudit.executors import run_units
 from dpaudit.store import RunStore
 
 SLOW_PLUGIN = """

@@ -7,14 +7,16 @@ schema, ``dpaudit init --kind`` and every "valid kinds" message read this regist
 
 from __future__ import annotations
 
+from typing import Any
+
 from dpaudit.errors import ConfigError
 from dpaudit.kinds import attribute, dpsgd, mechanism, membership
 from dpaudit.kinds.base import AuditKind
 
-_REGISTRY: dict[str, AuditKind] = {}  # type: ignore[type-arg]
+_REGISTRY: dict[str, AuditKind[Any]] = {}
 
 
-def register_kind(kind: AuditKind) -> AuditKind:  # type: ignore[type-arg]
+def register_kind(kind: AuditKind[Any]) -> AuditKind[Any]:
     """Add ``kind`` under ``kind.name`` (a name can be registered once)."""
     if kind.name in _REGISTRY:
         raise ConfigError(f"an audit kind named {kind.name!r} is already registered")
@@ -22,7 +24,7 @@ def register_kind(kind: AuditKind) -> AuditKind:  # type: ignore[type-arg]
     return kind
 
 
-def get_kind(name: str) -> AuditKind:  # type: ignore[type-arg]
+def get_kind(name: str) -> AuditKind[Any]:
     """The registered kind ``name``; an unknown name lists the valid ones."""
     try:
         return _REGISTRY[name]

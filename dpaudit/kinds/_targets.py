@@ -54,9 +54,12 @@ def load(spec: TargetSpec) -> Dataset:
 
     d = spec.data
     return load_dataset(
-        d.dataset, label=d.label, sensitive=d.sensitive, features=d.features,
+        d.dataset,
+        label=d.label,
+        sensitive=d.sensitive,
+        features=d.features,
         base_dir=spec.base_dir,
-    )  # fmt: skip
+    )
 
 
 def train(spec: TargetSpec, variant: str, dataset: Dataset) -> AuditedTarget:

@@ -66,9 +66,12 @@ class AttributeKind(AuditKind[AttributeSection]):
         sh = context.shared
         assert sh.data is not None  # checked when the file loads
         spec = _targets.TargetSpec(
-            data=sh.data, model=sh.model, training=sh.training, seed=context.seed,
+            data=sh.data,
+            model=sh.model,
+            training=sh.training,
+            seed=context.seed,
             base_dir=str(context.base_dir),
-        )  # fmt: skip
+        )
         names = _targets.variants(sh.target, sh.training)
         return UnitPlan(
             fn=attribute_unit,
@@ -107,9 +110,12 @@ class AttributeKind(AuditKind[AttributeSection]):
                 prior=np.asarray(part["prior"]),
             )
             result = attribute_result(
-                guesses, confidence_level=context.confidence_level, delta=context.delta,
-                accountant_epsilon=eps, seed=context.seed,
-            )  # fmt: skip
+                guesses,
+                confidence_level=context.confidence_level,
+                delta=context.delta,
+                accountant_epsilon=eps,
+                seed=context.seed,
+            )
             row = {k: v for k, v in result.to_dict().items() if k not in per_row}
             variant = unit.rsplit("-", 1)[1]
             row["label"] = f"attribute inference on the {variant} target ({info['sensitive']})"

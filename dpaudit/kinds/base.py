@@ -162,10 +162,10 @@ class AuditKind(ABC, Generic[S]):
     section: type[S]
     description: ClassVar[str] = ""
 
-    def check(self, section: S, shared: SharedTables) -> None:  # noqa: B027 - optional hook
+    def check(self, section: S, shared: SharedTables) -> None:
         """Cross-table rules, checked when the file loads; raise ``ValueError`` with one line."""
 
-    def check_runnable(self, section: S, context: RunContext) -> None:  # noqa: B027
+    def check_runnable(self, section: S, context: RunContext) -> None:
         """What can be checked before work starts (plug-ins import, ...); raise DpauditError."""
 
     @abstractmethod

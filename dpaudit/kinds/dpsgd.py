@@ -147,10 +147,10 @@ class DpsgdSection(Table):
     zero_features: Annotated[int, Field(ge=0)] | None = None
     normalize: bool = False
     model: Literal["logistic", "mlp"] = "logistic"
-    hidden: list[Annotated[int, Field(ge=1)]] = [32]
+    hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [32])
     training: DpsgdTrainingSection = DpsgdTrainingSection()
     trainer: str = "dpsgd"
-    options: dict[str, float | int | str] = {}
+    options: dict[str, float | int | str] = Field(default_factory=dict)
     canary: Literal["mislabeled", "ood", "clipbkd", "dirac"] = "dirac"
     threat_model: Literal["black-box", "white-box"] = "white-box"
     trials: Annotated[int, Field(ge=0, le=10_000_000)] = 1000
@@ -344,8 +344,6 @@ def dpsgd_unit(spec: DpsgdSpec, unit: str) -> dict[str, np.ndarray]:
 
 
 def _scores(out: TrainerOutput, setup: _Setup) -> np.ndarray:
-    import torch
-
     if out.scores is not None:
         return np.asarray(out.scores, dtype=np.float64).reshape(-1)
     if setup.canary_row is None or out.models is None:
@@ -353,7 +351,7 @@ def _scores(out: TrainerOutput, setup: _Setup) -> np.ndarray:
     x = setup.X[setup.canary_row : setup.canary_row + 1]
     y = setup.y[setup.canary_row : setup.canary_row + 1]
     # Black-box score: minus the canary's loss on the final model (lower loss ⇒ "in").
-    double = out.models.dtype == torch.float64
+    double = out.models.dtype.itemsize == 8  # a float64 stack takes float64 rows
     losses = out.models.losses(x.astype(np.float64) if double else x, y)
     scores: np.ndarray = -losses[:, 0].double().numpy()
     if not np.all(np.isfinite(scores)):
@@ -373,7 +371,11 @@ def _ran_arrays(out: TrainerOutput) -> dict[str, np.ndarray]:
     nan = float("nan")
     return {
         "claim": np.array(
-            [c.epsilon if c.epsilon is not None else nan, c.delta, c.mu if c.mu is not None else nan]
+            [
+                c.epsilon if c.epsilon is not None else nan,
+                c.delta,
+                c.mu if c.mu is not None else nan,
+            ]
         )
     }
 
@@ -469,9 +471,13 @@ def _many_run_bounds(
 ) -> tuple[EpsilonBound, MuBound]:
     """The ε and μ lower bounds of the two arms, each at the verdict's per-bound level."""
     eps_lb = epsilon_lower_bound(
-        neg, pos, delta=upper.epsilon_delta, confidence_level=level, threshold=s.threshold,
+        neg,
+        pos,
+        delta=upper.epsilon_delta,
+        confidence_level=level,
+        threshold=s.threshold,
         seed=seed,
-    )  # fmt: skip
+    )
     mu_lb = mu_lower_bound(neg, pos, confidence_level=level, threshold=s.threshold, seed=seed)
     if upper.mu_tail > 0 and mu_lb.fpr is not None and mu_lb.fnr is not None:
         # Against a bracket with tail δ t: f_A(α) ≥ G_high(α + t) − t (MuBracket), so a
@@ -538,7 +544,9 @@ def _unit_size(s: DpsgdSection, default: int) -> int:
     return s.models_per_unit or max(1, min(default, 2000))
 
 
-def _split(outputs: Outputs) -> tuple[list[Mapping[str, np.ndarray]], Mapping[str, np.ndarray] | None]:
+def _split(
+    outputs: Outputs,
+) -> tuple[list[Mapping[str, np.ndarray]], Mapping[str, np.ndarray] | None]:
     many = [outputs[u] for u in sorted(outputs) if u != _ONE_RUN_UNIT]
     return many, outputs.get(_ONE_RUN_UNIT)
 
@@ -596,9 +604,13 @@ class DpsgdKind(AuditKind[DpsgdSection]):
             label = _label(s)
             comparisons.append(
                 Comparison(
-                    label, "epsilon", eps_lb, upper.epsilon, f"{upper.source} ε",
+                    label,
+                    "epsilon",
+                    eps_lb,
+                    upper.epsilon,
+                    f"{upper.source} ε",
                     upper.epsilon_finite,
-                )  # fmt: skip
+                )
             )
             mu_source = f"{upper.source} μ" if upper.mu is not None else "none"
             comparisons.append(Comparison(label, "mu", mu_lb, upper.mu, mu_source, upper.mu_finite))

@@ -171,14 +171,20 @@ class MechanismKind(AuditKind[MechanismSection]):
         c, seed, threshold = context.confidence_level, context.seed, section.threshold
         # Both comparisons enter the verdict's one budget: each bound at `level`.
         eps_lb = epsilon_lower_bound(
-            neg, pos, delta=upper.epsilon_delta, confidence_level=level, threshold=threshold,
+            neg,
+            pos,
+            delta=upper.epsilon_delta,
+            confidence_level=level,
+            threshold=threshold,
             seed=seed,
-        )  # fmt: skip
+        )
         mu_lb = mu_lower_bound(neg, pos, confidence_level=level, threshold=threshold, seed=seed)
         label = f"{mech.name} mechanism"
         source = upper.source
         comparisons = [
-            Comparison(label, "epsilon", eps_lb, upper.epsilon, f"{source} ε", upper.epsilon_finite),
+            Comparison(
+                label, "epsilon", eps_lb, upper.epsilon, f"{source} ε", upper.epsilon_finite
+            ),
             Comparison(
                 label,
                 "mu",

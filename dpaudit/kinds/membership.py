@@ -40,6 +40,8 @@ from dpaudit.sections import ByoSpec, Table
 from dpaudit.upper_bounds import from_records
 
 _TRAINS_REFERENCES = ("shadow", "lira")
+Attack = Literal["loss", "shadow", "lira"]
+_ALL_ATTACKS: tuple[Attack, ...] = ("loss", "shadow", "lira")
 #: Said wherever reference models stand in for the unknown training of a brought target.
 RECIPE_NOTE = (
     "Shadow and LiRA reference models are trained with the recipe in [model]/[training]; "
@@ -51,11 +53,9 @@ RECIPE_NOTE = (
 class MembershipSection(Table):
     """``[membership]``: the attacks and their reference models."""
 
-    attacks: Annotated[list[Literal["loss", "shadow", "lira"]], Field(min_length=1)] = [
-        "loss",
-        "shadow",
-        "lira",
-    ]
+    attacks: Annotated[list[Attack], Field(min_length=1)] = Field(
+        default_factory=lambda: list(_ALL_ATTACKS)
+    )
     reference_models: Annotated[int, Field(ge=2)] = 64
     shadow_models: Annotated[int, Field(ge=1)] = 16
 
@@ -86,7 +86,9 @@ def own_unit(spec: OwnSpec, unit: str) -> dict[str, np.ndarray]:
 
     correct = stack_logits(target.models, target.audited_X)[0].argmax(axis=-1) == target.audited_y
     info = {
-        "attacks": [{"attack": s.attack, "options": s.options, "seconds": s.seconds} for s in scored],
+        "attacks": [
+            {"attack": s.attack, "options": s.options, "seconds": s.seconds} for s in scored
+        ],
         "accuracy": {
             "members": float(correct[coins].mean()),
             "non_members": float(correct[~coins].mean()),
@@ -334,7 +336,7 @@ def _summarise_brought(
                 "(they query the model: give [target] path or factory)."
             )
     tests, comparisons = [], []
-    order = {name: i for i, name in enumerate(attacks)}
+    order: dict[str, int] = {name: i for i, name in enumerate(attacks)}
     for unit in sorted(outputs, key=lambda u: order.get(_unit_attack(u), 0)):
         part = outputs[unit]
         info = json.loads(str(part["info"]))
@@ -379,9 +381,13 @@ def _summarise_brought_one(
 
     c, delta = context.confidence_level, context.delta
     summary = score_summary(
-        s.test_id, s.label, s.scores[~s.membership], s.scores[s.membership],
-        confidence_level=c, hypotheses=("non-member", "member"),
-    )  # fmt: skip
+        s.test_id,
+        s.label,
+        s.scores[~s.membership],
+        s.scores[s.membership],
+        confidence_level=c,
+        hypotheses=("non-member", "member"),
+    )
     one_run = one_run_bound(
         s.scores,
         s.membership,
@@ -398,9 +404,14 @@ def _summarise_brought_one(
     try:
         # Rows share one trained model, so they are not independent trials: heuristic.
         heuristic = epsilon_lower_bound(
-            s.scores[~s.membership], s.scores[s.membership], delta=delta, confidence_level=c,
-            threshold="split", seed=context.seed, validity="heuristic",
-        )  # fmt: skip
+            s.scores[~s.membership],
+            s.scores[s.membership],
+            delta=delta,
+            confidence_level=c,
+            threshold="split",
+            seed=context.seed,
+            validity="heuristic",
+        )
     except InsufficientTrialsError as exc:
         attack["notes"] = [*attack["notes"], f"heuristic epsilon: {exc}"]
     else:
@@ -423,4 +434,12 @@ def _coin_note(by_coin: bool) -> str:
 
 KIND = MembershipKind()
 
-__all__ = ["KIND", "RECIPE_NOTE", "MembershipKind", "MembershipSection", "byo_spec", "own_spec", "own_unit"]
+__all__ = [
+    "KIND",
+    "RECIPE_NOTE",
+    "MembershipKind",
+    "MembershipSection",
+    "byo_spec",
+    "own_spec",
+    "own_unit",
+]

@@ -1,0 +1,111 @@
+"""The import graph: no circles, nothing imports the package itself, and light entry points.
+
+import-linter's layer contracts (``make lint``) keep imports pointing down; this test
+searches the same graph (grimp, every import statement anywhere in a file, inside
+functions and under ``TYPE_CHECKING`` too) for any cycle, package ``__init__`` modules
+included, which the layer contract does not list.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import grimp
+import pytest
+
+from dpaudit.kinds import get_kind, kind_names, register_kind
+from dpaudit.kinds.mechanism import MechanismKind
+
+GRAPH = grimp.build_graph("dpaudit", exclude_type_checking_imports=False)
+
+
+def _strongly_connected(graph: grimp.ImportGraph) -> list[set[str]]:
+    """Tarjan's algorithm over the direct-import graph: the cycles, as components."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[set[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.find_modules_directly_imported_by(v):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.find_modules_directly_imported_by(v):
+                out.append(component)
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return out
+
+
+def test_no_import_cycle_anywhere() -> None:
+    assert _strongly_connected(GRAPH) == []
+
+
+def test_the_cycle_search_finds_a_planted_cycle() -> None:
+    # Power control: the same search on a graph with a circle must report it.
+    g = grimp.ImportGraph()
+    for m in ("p.a", "p.b", "p.c"):
+        g.add_module(m)
+    g.add_import(importer="p.a", imported="p.b")
+    g.add_import(importer="p.b", imported="p.c")
+    g.add_import(importer="p.c", imported="p.a")
+    assert _strongly_connected(g) == [{"p.a", "p.b", "p.c"}]
+
+
+def test_no_submodule_imports_the_package_itself() -> None:
+    assert GRAPH.find_modules_that_directly_import("dpaudit") == set()
+
+
+@pytest.mark.parametrize(
+    "statement",
+    ["import dpaudit.bounds", "import dpaudit.config", "import dpaudit.cli", "import dpaudit"],
+)
+def test_light_entry_points_load_no_torch(statement: str) -> None:
+    code = (
+        f"{statement}\nimport sys\n"
+        "print(sorted(m for m in ('torch', 'dp_accounting') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+# ------------------------------------------------------------------------------ registry
+
+
+def test_registry_lists_the_kinds_and_names_valid_ones_on_a_miss() -> None:
+    assert kind_names() == ("mechanism", "membership", "attribute", "dpsgd")
+    assert get_kind("dpsgd").name == "dpsgd"
+    with pytest.raises(ValueError, match=r"^unknown audit kind 'x'; valid kinds: mechanism, "):
+        get_kind("x")
+
+
+def test_a_name_registers_once() -> None:
+    with pytest.raises(ValueError, match="'mechanism' is already registered"):
+        register_kind(MechanismKind())
+
+
+def test_builtin_trainer_names_match_the_trainer_registry() -> None:
+    from dpaudit.kinds.dpsgd import BUILTIN_TRAINERS
+    from dpaudit.trainers import TRAINERS
+
+    assert set(BUILTIN_TRAINERS) == set(TRAINERS)
