@@ -39,8 +39,12 @@ def main(names: list[str]) -> None:
     for name in names or sorted(p.stem for p in AUDITS.glob("*.toml")):
         with tempfile.TemporaryDirectory() as tmp:
             result = run_audit(AUDITS / f"{name}.toml", output_dir=tmp, write=False)
-        out = {"audit": name, "kinds": result.config["audit"]["kinds"],
-               "verdict": result.verdict, "bounds": golden_of(result.to_dict())}
+        out = {
+            "audit": name,
+            "kinds": result.config["audit"]["kinds"],
+            "verdict": result.verdict,
+            "bounds": golden_of(result.to_dict()),
+        }
         (GOLDEN / f"{name}.json").write_text(json.dumps(out, indent=1) + "\n")
         print(name, result.verdict, len(out["bounds"]), flush=True)
 
