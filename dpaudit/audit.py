@@ -164,7 +164,12 @@ def run_audit(
         config=config.to_dict(),
         config_text=config.text,
         provenance=provenance,
-        warnings=tuple(w for s in summaries for w in s.warnings),
+        warnings=tuple(w for s in summaries for w in s.warnings)
+        + tuple(
+            f"gate check {c.name} was not evaluated: {c.message}"
+            for c in checks
+            if c.status == "not-evaluated" and c.passed
+        ),
     )
     if write:
         write_outputs(result, run_dir, html=config.report.html)

@@ -1,8 +1,13 @@
 """The release gate: turn an audit's findings into named checks and a verdict.
 
 Each policy of the ``[gate]`` table becomes one :class:`~dpaudit.results.Check` with the
-value measured, its limit, pass/fail and a one-line reason. A metric that is maximised
+value measured, its limit, its status and a one-line reason. A metric that is maximised
 over several tests (attacks, canaries) takes the worst test: the gate guards the release.
+
+The gate fails closed: a policy that nothing in the audit measured is ``not-evaluated``
+and counts as failed, with a message naming the kinds that would measure it, unless the
+policy says ``on_unmeasured = "warn"`` (then it passes and the audit carries a warning).
+A gate that measures nothing must never read as a green light.
 """
 
 from __future__ import annotations
@@ -13,6 +18,22 @@ from typing import Any
 from dpaudit.results import Check, Comparison, TestSummary
 from dpaudit.sections import GateSection
 
+#: Which kinds measure what each policy needs (for the not-evaluated message).
+_MEASURED_BY = {
+    "fail_on_violation": (
+        "a bound held against an upper bound: the mechanism or dpsgd kind, or the "
+        "membership kind on a DP target dpaudit trains"
+    ),
+    "max_epsilon_lower_bound": (
+        "a rigorous ε lower bound: the mechanism, dpsgd or membership kind (own targets, "
+        "or yours with membership_by_coin = true)"
+    ),
+    "max_auc": "a membership, dpsgd or mechanism test",
+    "max_tpr_at_fpr": "a membership, dpsgd or mechanism test",
+    "max_advantage": "a membership, dpsgd or mechanism test",
+    "max_attribute_advantage": "the attribute kind",
+}
+
 
 def _metric_max(tests: Sequence[TestSummary], key: str) -> tuple[float, str] | None:
     best: tuple[float, str] | None = None
@@ -20,6 +41,80 @@ def _metric_max(tests: Sequence[TestSummary], key: str) -> tuple[float, str] | N
         m = t.metrics
         if key in m and m[key] is not None and (best is None or m[key] > best[0]):
             best = (float(m[key]), t.label)
+    return best
+
+
+def _not_evaluated(gate: GateSection, name: str, policy: str, limit: float | None) -> Check:
+    warn = gate.on_unmeasured == "warn"
+    what = "warning only (on_unmeasured = 'warn')" if warn else "fails closed"
+    return Check(
+        name,
+        None,
+        limit,
+        warn,
+        f"not evaluated: nothing in this audit measures it; it needs {_MEASURED_BY[policy]} "
+        f"({what})",
+        status="not-evaluated",
+    )
+
+
+def _violation_check(gate: GateSection, comparisons: Sequence[Comparison]) -> Check:
+    compared = [c for c in comparisons if c.in_verdict]
+    bad = [c for c in compared if c.violation]
+    if bad:
+        worst = max(bad, key=lambda c: c.lower.value - (c.upper or 0.0))
+        msg = (
+            f"{worst.parameter} lower bound {worst.lower.value:.4g} exceeds the "
+            f"{worst.upper_source} upper bound {worst.upper:.4g} in {worst.test} "
+            f"(at {worst.lower.confidence_level:.4g} confidence): the DP claim is false"
+        )
+        return Check("fail_on_violation", worst.lower.value, worst.upper, False, msg)
+    if not compared:
+        return _not_evaluated(gate, "fail_on_violation", "fail_on_violation", 0.0)
+    n = len(compared)
+    return Check(
+        "fail_on_violation",
+        0.0,
+        0.0,
+        True,
+        f"no rigorous lower bound exceeds its upper bound ({n} compared)",
+    )
+
+
+def _epsilon_check(gate: GateSection, comparisons: Sequence[Comparison], limit: float) -> Check:
+    eps = [
+        c
+        for c in comparisons
+        if c.parameter == "epsilon" and c.lower.validity.startswith("rigorous")
+    ]
+    if not eps:
+        return _not_evaluated(gate, "max_epsilon_lower_bound", "max_epsilon_lower_bound", limit)
+    value = max(c.lower.value for c in eps)
+    return Check(
+        "max_epsilon_lower_bound",
+        value,
+        limit,
+        value <= limit,
+        f"largest rigorous ε lower bound {value:.4g} {'≤' if value <= limit else '>'} {limit:g}",
+    )
+
+
+def _tpr_at(tests: Sequence[TestSummary], target_fpr: float) -> tuple[float, str] | None:
+    found: tuple[float, str] | None = None
+    for t in tests:
+        for row in t.metrics.get("tpr_at_fpr", []):
+            if abs(row["target_fpr"] - target_fpr) < 1e-12 and (
+                found is None or row["tpr"] > found[0]
+            ):
+                found = (row["tpr"], t.label)
+    return found
+
+
+def _attribute_max(attribute: Sequence[Mapping[str, Any]]) -> tuple[float, str] | None:
+    best: tuple[float, str] | None = None
+    for a in attribute:
+        if best is None or a["advantage"] > best[0]:
+            best = (float(a["advantage"]), a["label"])
     return best
 
 
@@ -40,84 +135,46 @@ def evaluate_gate(
     """
     checks: list[Check] = []
     if gate.fail_on_violation:
-        bad = [c for c in comparisons if c.violation]
-        if bad:
-            worst = max(bad, key=lambda c: c.lower.value - (c.upper or 0.0))
-            msg = (
-                f"{worst.parameter} lower bound {worst.lower.value:.4g} exceeds the "
-                f"{worst.upper_source} upper bound {worst.upper:.4g} in {worst.test} "
-                f"(at {worst.lower.confidence_level:.4g} confidence): the DP claim is false"
-            )
-            checks.append(Check("fail_on_violation", worst.lower.value, worst.upper, False, msg))
-        else:
-            checks.append(
-                Check(
-                    "fail_on_violation",
-                    float(len(bad)),
-                    0.0,
-                    True,
-                    f"no rigorous lower bound exceeds its upper bound "
-                    f"({sum(c.in_verdict for c in comparisons)} compared)",
-                )
-            )
+        checks.append(_violation_check(gate, comparisons))
     if gate.max_epsilon_lower_bound is not None:
-        eps = [
-            c
-            for c in comparisons
-            if c.parameter == "epsilon" and c.lower.validity.startswith("rigorous")
-        ]
-        value = max((c.lower.value for c in eps), default=0.0)
-        limit = gate.max_epsilon_lower_bound
-        checks.append(
-            Check(
-                "max_epsilon_lower_bound",
-                value,
-                limit,
-                value <= limit,
-                f"largest rigorous ε lower bound {value:.4g} "
-                f"{'≤' if value <= limit else '>'} {limit:g}",
-            )
-        )
+        checks.append(_epsilon_check(gate, comparisons, gate.max_epsilon_lower_bound))
     if gate.max_auc is not None:
-        checks.append(_limit_check("max_auc", "AUC", _metric_max(tests, "auc"), gate.max_auc))
+        found = _metric_max(tests, "auc")
+        checks.append(_limit_check(gate, "max_auc", "max_auc", "AUC", found, gate.max_auc))
     for target_fpr, limit in gate.max_tpr_at_fpr:
-        found: tuple[float, str] | None = None
-        for t in tests:
-            for row in t.metrics.get("tpr_at_fpr", []):
-                if abs(row["target_fpr"] - target_fpr) < 1e-12 and (
-                    found is None or row["tpr"] > found[0]
-                ):
-                    found = (row["tpr"], t.label)
+        name = f"max_tpr_at_fpr[{target_fpr:g}]"
+        what = f"TPR at FPR {target_fpr:g}"
         checks.append(
-            _limit_check(
-                f"max_tpr_at_fpr[{target_fpr:g}]", f"TPR at FPR {target_fpr:g}", found, limit
-            )
+            _limit_check(gate, name, "max_tpr_at_fpr", what, _tpr_at(tests, target_fpr), limit)
         )
     if gate.max_advantage is not None:
+        found = _metric_max(tests, "advantage")
         checks.append(
             _limit_check(
-                "max_advantage",
-                "membership advantage",
-                _metric_max(tests, "advantage"),
+                gate, "max_advantage", "max_advantage", "membership advantage", found,
                 gate.max_advantage,
             )
-        )
+        )  # fmt: skip
     if gate.max_attribute_advantage is not None:
-        best: tuple[float, str] | None = None
-        for a in attribute:
-            if best is None or a["advantage"] > best[0]:
-                best = (float(a["advantage"]), a["label"])
         checks.append(
             _limit_check(
-                "max_attribute_advantage", "attribute advantage", best, gate.max_attribute_advantage
+                gate, "max_attribute_advantage", "max_attribute_advantage",
+                "attribute advantage", _attribute_max(attribute), gate.max_attribute_advantage,
             )
-        )
+        )  # fmt: skip
     return tuple(checks)
 
 
-def _limit_check(name: str, what: str, found: tuple[float, str] | None, limit: float) -> Check:
+def _limit_check(
+    gate: GateSection,
+    name: str,
+    policy: str,
+    what: str,
+    found: tuple[float, str] | None,
+    limit: float,
+) -> Check:
     if found is None:
-        return Check(name, None, limit, True, f"no test measured {what}; nothing to check")
+        return _not_evaluated(gate, name, policy, limit)
     value, where = found
     ok = value <= limit
     return Check(

@@ -24,13 +24,23 @@ SCHEMA_VERSION = "1.1"
 
 @dataclass(frozen=True)
 class Check:
-    """One gate check: a named policy with the value measured, its limit and pass/fail."""
+    """One gate check: a named policy with the value measured, its limit and its status.
+
+    ``status`` is ``"passed"``, ``"failed"`` or ``"not-evaluated"`` (nothing the audit
+    measured speaks to the policy). The gate fails closed: a check that was not evaluated
+    counts as failed (``passed`` is False) unless ``[gate] on_unmeasured = "warn"``.
+    """
 
     name: str
     value: float | None
     limit: float | None
     passed: bool
     message: str
+    status: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.status:
+            object.__setattr__(self, "status", "passed" if self.passed else "failed")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -38,6 +48,7 @@ class Check:
             "value": _finite(self.value),
             "limit": _finite(self.limit),
             "passed": self.passed,
+            "status": self.status,
             "message": self.message,
         }
 

@@ -281,8 +281,14 @@ class ByoSpec(Table):
 
 
 class GateSection(Table):
-    """Release-gate policies; each becomes a named check with value, limit and pass/fail."""
+    """Release-gate policies; each becomes a named check with value, limit and status.
 
+    A policy that nothing in the audit measured (``max_attribute_advantage`` without an
+    ``attribute`` kind, ``fail_on_violation`` with no bound held against an upper bound)
+    is ``not-evaluated`` and fails the gate, unless ``on_unmeasured = "warn"``.
+    """
+
+    on_unmeasured: Literal["fail", "warn"] = "fail"
     fail_on_violation: bool = True
     max_epsilon_lower_bound: Annotated[float, Field(ge=0.0)] | None = None
     max_auc: Annotated[float, Field(ge=0.0, le=1.0)] | None = None

@@ -45,8 +45,10 @@ def test_violation_needs_a_rigorous_bound_above_its_upper_bound() -> None:
     assert failed.value == pytest.approx(5.6006, abs=1e-4)
     assert failed.limit == 5.0
     assert "exceeds the claimed ε upper bound 5" in failed.message
-    for ok in ([below], [heuristic], [outside]):
-        assert _check(gate, ok)["fail_on_violation"].passed
+    for ok in ([below], [heuristic]):
+        assert _check(gate, ok)["fail_on_violation"].status == "passed"
+    # a comparison outside the verdict compares nothing: the policy was not evaluated
+    assert _check(gate, [outside])["fail_on_violation"].status == "not-evaluated"
     assert "fail_on_violation" not in _check(GateSection(fail_on_violation=False), [above])
 
 
@@ -87,11 +89,60 @@ def test_attribute_advantage_and_missing_metrics() -> None:
     check = _check(GateSection(max_attribute_advantage=0.05), attribute=attribute)
     assert not check["max_attribute_advantage"].passed
     assert check["max_attribute_advantage"].value == pytest.approx(0.08)
-    # nothing measured: the check passes and says so instead of inventing a value
+    # nothing measured: the gate fails closed and names the kind that would measure it
     none = _check(GateSection(max_attribute_advantage=0.05), tests=[])["max_attribute_advantage"]
-    assert none.passed
-    assert none.value is None
-    assert "nothing to check" in none.message
+    assert (none.passed, none.status, none.value) == (False, "not-evaluated", None)
+    assert none.message == (
+        "not evaluated: nothing in this audit measures it; it needs the attribute kind "
+        "(fails closed)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("gate", "name"),
+    [
+        (GateSection(max_attribute_advantage=0.05), "max_attribute_advantage"),
+        (GateSection(max_auc=0.5), "max_auc"),
+        (GateSection(max_advantage=0.5), "max_advantage"),
+        (GateSection(max_tpr_at_fpr=[(0.01, 0.5)]), "max_tpr_at_fpr[0.01]"),
+        (GateSection(max_epsilon_lower_bound=1.0), "max_epsilon_lower_bound"),
+        (GateSection(), "fail_on_violation"),
+    ],
+)
+def test_every_unmeasured_policy_fails_closed_unless_it_warns(gate, name) -> None:
+    closed = _check(gate, comparisons=(), tests=[])[name]
+    assert (closed.passed, closed.status) == (False, "not-evaluated")
+    assert closed.message.startswith("not evaluated: nothing in this audit measures it")
+    warn = gate.model_copy(update={"on_unmeasured": "warn"})
+    warned = _check(warn, comparisons=(), tests=[])[name]
+    assert (warned.passed, warned.status) == (True, "not-evaluated")
+    assert warned.message.endswith("(warning only (on_unmeasured = 'warn'))")
+
+
+MECHANISM_WITH_ATTRIBUTE_GATE = """
+[audit]
+name = "fail-closed"
+kinds = ["mechanism"]
+[mechanism]
+name = "laplace"
+epsilon = 1.0
+trials = 2000
+[gate]
+max_attribute_advantage = 0.05
+{extra}
+"""
+
+
+@pytest.mark.parametrize(("extra", "code"), [("", 1), ('on_unmeasured = "warn"', 0)])
+def test_an_unmeasured_policy_fails_the_run_by_default(tmp_path: Path, extra, code) -> None:
+    audit = tmp_path / "a.toml"
+    audit.write_text(MECHANISM_WITH_ATTRIBUTE_GATE.format(extra=extra))
+    result = CliRunner().invoke(app, ["run", str(audit), "-q", "-o", str(tmp_path / "r")])
+    assert result.exit_code == code, result.output
+    if code:
+        assert result.stderr.startswith(
+            "FAIL max_attribute_advantage: not evaluated: nothing in this audit measures it"
+        )
 
 
 def test_gate_fails_a_run_end_to_end(tmp_path: Path) -> None:
