@@ -11,6 +11,7 @@ import torch
 from scipy import special, stats
 
 from dpaudit.attacks import (
+    ATTACK_VARIANTS,
     ATTACKS,
     MEMBERSHIP_ATTACKS,
     AttributeAttack,
@@ -20,9 +21,11 @@ from dpaudit.attacks import (
     get_attack,
     lira_scores,
     logit_confidence,
+    score_with_shared_references,
     sensitive_prior,
 )
 from dpaudit.attacks.base import log_softmax, true_class_loss
+from dpaudit.attacks.reference import ReferenceLogits
 from dpaudit.attacks.shadow import attack_features
 from dpaudit.data import SensitiveColumn, load_dataset
 from dpaudit.errors import ConfigError, DataError, DpauditError
@@ -35,6 +38,7 @@ SMALL_OPTIONS = {
     "loss": {},
     "shadow": {"num_shadow_models": 3},
     "lira": {"num_reference_models": 4},
+    "rmia": {"num_reference_models": 4, "population_samples": 50},
     "attribute": {},
 }
 TRAINING = TrainingSpec(epochs=5, batch_size=32, learning_rate=0.1)
@@ -315,7 +319,9 @@ def test_sensitive_prior_smoothing() -> None:
 
 
 def test_registry_errors_list_valid_names() -> None:
-    with pytest.raises(ConfigError, match=r"one of \{'loss', 'shadow', 'lira', 'attribute'\}"):
+    with pytest.raises(
+        ConfigError, match=r"one of \{'loss', 'shadow', 'lira', 'rmia', 'attribute', 'lira-online'"
+    ):
         get_attack("mia")
     with pytest.raises(ConfigError, match=r"Unknown option\(s\) \['k'\] for attack 'lira'"):
         get_attack("lira", k=2)
@@ -323,4 +329,99 @@ def test_registry_errors_list_valid_names() -> None:
         get_attack("lira", num_reference_models=1)
     with pytest.raises(DpauditError, match=r"'variant' parameter must be one of"):
         get_attack("lira", variant="both")
-    assert set(MEMBERSHIP_ATTACKS) == {"loss", "shadow", "lira"}
+    with pytest.raises(
+        ConfigError, match=r"Unknown option\(s\) \['variant'\] for attack 'lira-offline'"
+    ):
+        get_attack("lira-offline", variant="online")
+    assert set(MEMBERSHIP_ATTACKS) == {"loss", "shadow", "lira", "rmia"}
+    assert set(ATTACK_VARIANTS) == {
+        "lira-online",
+        "lira-offline",
+        "lira-online-global",
+        "lira-offline-global",
+        "rmia-offline",
+    }
+
+
+# ------------------------------------------------------------ one reference set, all variants
+
+
+def _fixed_reference_logits(K: int = 8, m: int = 12, n_z: int = 5) -> ReferenceLogits:
+    rng = np.random.default_rng(17)
+    keep = balanced_halves(K, m, rng)
+    return ReferenceLogits(
+        target_x=rng.normal(size=(2, m, 3)),
+        reference_x=rng.normal(size=(K, m, 3)),
+        reference_in=keep,
+        y=rng.integers(0, 3, m),
+        target_z=rng.normal(size=(2, n_z, 3)),
+        reference_z=rng.normal(size=(K, n_z, 3)),
+        z_in=np.zeros((K, n_z), dtype=bool),
+        y_z=rng.integers(0, 3, n_z),
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "variant", "variance"),
+    [
+        ("lira-online", "online", "per-example"),
+        ("lira-offline", "offline", "per-example"),
+        ("lira-online-global", "online", "global"),
+        ("lira-offline-global", "offline", "global"),
+    ],
+)
+def test_lira_variants_match_lira_scores_on_fixed_logits(name, variant, variance) -> None:
+    refs = _fixed_reference_logits()
+    expected = lira_scores(
+        logit_confidence(refs.target_x, refs.y),
+        logit_confidence(refs.reference_x, refs.y),
+        refs.reference_in,
+        variant=variant,
+        variance=variance,
+    )
+    attack = get_attack(name, num_reference_models=8)
+    np.testing.assert_array_equal(attack.score_from(refs), expected)
+    # ... and the configurable LiraAttack with the same options gives the same numbers.
+    direct = LiraAttack(num_reference_models=8, variant=variant, variance=variance)
+    np.testing.assert_array_equal(direct.score_from(refs), expected)
+
+
+def test_default_lira_is_a_named_variant() -> None:
+    refs = _fixed_reference_logits()
+    # "auto": global variance below 64 reference models, per-example from 64 on.
+    np.testing.assert_array_equal(
+        LiraAttack(num_reference_models=8).score_from(refs),
+        get_attack("lira-online-global", num_reference_models=8).score_from(refs),
+    )
+    np.testing.assert_array_equal(
+        LiraAttack(num_reference_models=64).score_from(refs),
+        get_attack("lira-online", num_reference_models=64).score_from(refs),
+    )
+
+
+def test_shared_reference_set_gives_each_attack_its_own_scores(target: AuditedTarget) -> None:
+    names = [
+        "lira",
+        "lira-online",
+        "lira-offline",
+        "lira-online-global",
+        "lira-offline-global",
+        "rmia",
+        "rmia-offline",
+    ]
+    attacks = [get_attack(n, num_reference_models=4) for n in names]
+    context = target.context()
+    shared = score_with_shared_references(
+        context, target.audited_X, target.audited_y, attacks, seed=9
+    )
+    for attack, scores in zip(attacks, shared, strict=True):
+        alone = attack.score(context, target.audited_X, target.audited_y, seed=9)
+        np.testing.assert_array_equal(scores, alone)
+    with pytest.raises(DpauditError, match="must agree on num_reference_models"):
+        score_with_shared_references(
+            context,
+            target.audited_X,
+            target.audited_y,
+            [get_attack("lira", num_reference_models=4), get_attack("rmia")],
+            seed=9,
+        )

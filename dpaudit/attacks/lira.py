@@ -7,17 +7,16 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from scipy import stats
 
-from dpaudit.attacks.base import (
-    AttackContext,
-    MembershipAttack,
-    audited_arrays,
-    check_int,
-    logit_confidence,
-    stack_logits,
+from dpaudit.attacks.base import check_int, logit_confidence
+from dpaudit.attacks.reference import (
+    ReferenceAttack,
+    ReferenceLogits,
+    balanced_halves,
+    train_models,
 )
 from dpaudit.errors import check_choice
 
-__all__ = ["LiraAttack", "balanced_halves", "lira_scores", "train_models"]
+__all__ = ["LIRA_VARIANTS", "LiraAttack", "balanced_halves", "lira_scores", "train_models"]
 
 # Carlini et al. (2022, ablation over the number of shadow models) find a single global
 # variance better than per-example variances when few reference models are available;
@@ -34,42 +33,6 @@ LiraVariance = Literal["per-example", "global"]
 _VARIANTS: tuple[LiraVariant, ...] = ("online", "offline")
 _FITTED_VARIANCES: tuple[LiraVariance, ...] = ("per-example", "global")
 _VARIANCES: tuple[LiraVariance | Literal["auto"], ...] = (*_FITTED_VARIANCES, "auto")
-
-
-def balanced_halves(num_models: int, num_rows: int, rng: np.random.Generator) -> np.ndarray:
-    """A ``(K, N)`` bool mask: each row in exactly ⌊K/2⌋ models, chosen at random.
-
-    Every reference model then trains on about half of the pool, and every audited row has
-    the same number of "in" and "out" models to fit its two Gaussians on (the scheme of
-    Carlini et al. 2022: each example is in half of the shadow models).
-    """
-    ranks = np.argsort(rng.random((num_models, num_rows)), axis=0)
-    return ranks < num_models // 2
-
-
-def train_models(
-    context: AttackContext,
-    X: np.ndarray,
-    y: np.ndarray,
-    membership: np.ndarray,
-    *,
-    seed: int,
-) -> Any:
-    """Train shadow / reference models with the target's recipe (one ``train_many`` call)."""
-    from dpaudit.training import train_many
-
-    result = train_many(
-        X,
-        y,
-        membership,
-        model=context.model,
-        training=context.training,
-        seed=seed,
-        num_classes=context.num_classes,
-        device=context.device,
-        progress=context.progress,
-    )
-    return result.models
 
 
 def lira_scores(
@@ -121,7 +84,7 @@ def _fit(phi: np.ndarray, mask: np.ndarray, variance: str) -> tuple[np.ndarray, 
     return mean, sd
 
 
-class LiraAttack(MembershipAttack):
+class LiraAttack(ReferenceAttack):
     """LiRA: per-example Gaussian fits of in / out confidences from reference models.
 
     Reference models are trained with the target's recipe, each on a random half of a pool
@@ -174,22 +137,22 @@ class LiraAttack(MembershipAttack):
             return self.variance
         return "per-example" if self.num_reference_models >= _AUTO_PER_EXAMPLE_FROM else "global"
 
-    def score(self, context: AttackContext, X: Any, y: Any, *, seed: int) -> np.ndarray:
-        X, y = audited_arrays(X, y, context.target.num_features)
-        m = X.shape[0]
-        pool_X, pool_y = X, y
-        if self.include_population:
-            pool_X = np.concatenate([X, context.population_X])
-            pool_y = np.concatenate([y, context.population_y])
-        rng = np.random.default_rng(np.random.SeedSequence([seed, 0x11A]))
-        keep = balanced_halves(self.num_reference_models, pool_X.shape[0], rng)
-        references = train_models(context, pool_X, pool_y, keep, seed=int(rng.integers(2**63)))
-        reference_phi = logit_confidence(stack_logits(references, X), y)
-        target_phi = logit_confidence(stack_logits(context.target, X), y)
+    def score_from(self, refs: ReferenceLogits) -> np.ndarray:
+        """``(T, m)`` LiRA scores from a trained reference set (:mod:`.reference`)."""
         return lira_scores(
-            target_phi,
-            reference_phi,
-            keep[:, :m],
+            logit_confidence(refs.target_x, refs.y),
+            logit_confidence(refs.reference_x, refs.y),
+            refs.reference_in,
             variant=self.variant,
             variance=self.resolved_variance(),
         )
+
+
+#: The four LiRA variants by name: (online | offline) × (per-example | global variance).
+#: "lira" itself stays the configurable attack (online, variance "auto").
+LIRA_VARIANTS: dict[str, dict[str, Any]] = {
+    "lira-online": {"variant": "online", "variance": "per-example"},
+    "lira-offline": {"variant": "offline", "variance": "per-example"},
+    "lira-online-global": {"variant": "online", "variance": "global"},
+    "lira-offline-global": {"variant": "offline", "variance": "global"},
+}
