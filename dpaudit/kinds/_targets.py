@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpaudit.sections import DataSection, ModelSection, Table, TargetSection, TrainingSection
-from dpaudit.upper_bounds import record_arrays, records_from_arrays
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -81,6 +80,8 @@ def train(spec: TargetSpec, variant: str, dataset: Dataset) -> AuditedTarget:
 
 def store_record(record: DPSGDRecord | None) -> dict[str, np.ndarray]:
     """The target's record as arrays (none for plain training)."""
+    from dpaudit.upper_bounds import record_arrays
+
     if record is None:
         return {}
     arrays = record_arrays([record])
@@ -91,6 +92,8 @@ def store_record(record: DPSGDRecord | None) -> dict[str, np.ndarray]:
 def stored_record(part: Mapping[str, np.ndarray]) -> DPSGDRecord | None:
     """The record :func:`store_record` stored, or ``None``."""
     from dataclasses import replace
+
+    from dpaudit.upper_bounds import records_from_arrays
 
     if "noise_multiplier" not in part:
         return None

@@ -18,7 +18,6 @@ import numpy as np
 from dpaudit.kinds import _targets
 from dpaudit.kinds.base import AuditKind, KindSummary, Outputs, RunContext, SharedTables, UnitPlan
 from dpaudit.sections import Table
-from dpaudit.upper_bounds import from_records
 
 
 class AttributeSection(Table):
@@ -88,6 +87,7 @@ class AttributeKind(AuditKind[AttributeSection]):
         self, section: AttributeSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
         from dpaudit.membership import AttributeGuesses, attribute_result
+        from dpaudit.upper_bounds import from_records
 
         rows = []
         data_hash = None

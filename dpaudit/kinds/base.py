@@ -30,12 +30,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
 from dpaudit.errors import ConfigError
-from dpaudit.results import Comparison, TestSummary
 from dpaudit.sections import (
     DataSection,
     ModelSection,
@@ -43,6 +42,9 @@ from dpaudit.sections import (
     TargetSection,
     TrainingSection,
 )
+
+if TYPE_CHECKING:  # results imports scipy: kinds load without it until they summarise
+    from dpaudit.results import Comparison, TestSummary
 
 #: A work unit: ``fn(spec, unit name) -> arrays``; top-level, so processes can pickle it.
 UnitFn = Callable[[Any, str], dict[str, np.ndarray]]

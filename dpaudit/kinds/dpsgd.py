@@ -32,17 +32,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
-from dpaudit.bounds import (
-    EpsilonBound,
-    MuBound,
-    epsilon_lower_bound,
-    mu_from_rates,
-    mu_lower_bound,
-    one_run_epsilon_lower_bound,
-)
 from dpaudit.canaries import INPUT_CANARY_KINDS
 from dpaudit.errors import ConfigError, DataError
-from dpaudit.executors import UnitStats, run_units
 from dpaudit.kinds.base import (
     AuditKind,
     KindSummary,
@@ -52,28 +43,18 @@ from dpaudit.kinds.base import (
     stream_seed,
     unit_index,
 )
-from dpaudit.mechanisms import Claim
-from dpaudit.results import (
-    Comparison,
-    TestSummary,
-    gdp_implied_comparison,
-    score_summary,
-    theory_curves,
-)
 from dpaudit.sections import Table, TrainingSection
-from dpaudit.store import RunStore
-from dpaudit.upper_bounds import (
-    UpperBound,
-    from_claim,
-    from_records,
-    record_arrays,
-    records_from_arrays,
-)
 
 if TYPE_CHECKING:
+    # Bounds, results and accounting load scipy: imported where a summary is made, so
+    # that validating an audit file stays fast.
+    from dpaudit.bounds import EpsilonBound, MuBound
+    from dpaudit.executors import UnitStats
     from dpaudit.models import ModelSpec
+    from dpaudit.results import Comparison, TestSummary
     from dpaudit.trainers import TrainerOutput
     from dpaudit.training import TrainingSpec
+    from dpaudit.upper_bounds import UpperBound
 
 __all__ = [
     "BUILTIN_TRAINERS",
@@ -361,6 +342,7 @@ def _scores(out: TrainerOutput, setup: _Setup) -> np.ndarray:
 
 def _ran_arrays(out: TrainerOutput) -> dict[str, np.ndarray]:
     from dpaudit.records import DPSGDRecord
+    from dpaudit.upper_bounds import record_arrays
 
     if out.records is not None:
         if any(not isinstance(r, DPSGDRecord) for r in out.records):
@@ -386,6 +368,7 @@ def _ran_arrays(out: TrainerOutput) -> dict[str, np.ndarray]:
 def _one_run_unit(spec: DpsgdSpec) -> dict[str, np.ndarray]:
     from dpaudit.canaries import with_zero_feature
     from dpaudit.training import CoordinateCanaries, train_many
+    from dpaudit.upper_bounds import record_arrays
 
     s = spec.section
     one = s.one_run
@@ -442,6 +425,9 @@ def one_run_guesses(scores: np.ndarray, included: np.ndarray, guesses: int) -> t
 
 
 def _claim_upper(parts: list[Mapping[str, np.ndarray]], delta: float) -> UpperBound:
+    from dpaudit.mechanisms import Claim
+    from dpaudit.upper_bounds import from_claim
+
     claims = np.concatenate([p["claim"].reshape(1, 3) for p in parts])
 
     def largest(column: np.ndarray) -> float | None:
@@ -456,6 +442,8 @@ def _claim_upper(parts: list[Mapping[str, np.ndarray]], delta: float) -> UpperBo
 
 
 def _many_run_upper(many: list[Mapping[str, np.ndarray]], delta: float) -> UpperBound | None:
+    from dpaudit.upper_bounds import from_records, records_from_arrays
+
     if not many:
         return None
     if "claim" in many[0]:
@@ -470,6 +458,8 @@ def _many_run_bounds(
     s: DpsgdSection, upper: UpperBound, neg: np.ndarray, pos: np.ndarray, *, level: float, seed: int
 ) -> tuple[EpsilonBound, MuBound]:
     """The ε and μ lower bounds of the two arms, each at the verdict's per-bound level."""
+    from dpaudit.bounds import epsilon_lower_bound, mu_from_rates, mu_lower_bound
+
     eps_lb = epsilon_lower_bound(
         neg,
         pos,
@@ -495,6 +485,8 @@ def _many_run_bounds(
 def _many_run_test(
     s: DpsgdSection, upper: UpperBound, neg: np.ndarray, pos: np.ndarray, mu_lb: MuBound, c: float
 ) -> TestSummary:
+    from dpaudit.results import score_summary, theory_curves
+
     label = _label(s)
     curves = theory_curves(
         epsilon=upper.epsilon, delta=upper.epsilon_delta, mu=upper.mu, label=f"{upper.source}: "
@@ -526,6 +518,10 @@ def _label(s: DpsgdSection) -> str:
 def _one_run_comparison(
     one: Mapping[str, np.ndarray], s: DpsgdSection, *, delta: float, level: float
 ) -> Comparison:
+    from dpaudit.bounds import one_run_epsilon_lower_bound
+    from dpaudit.results import Comparison
+    from dpaudit.upper_bounds import from_records, records_from_arrays
+
     assert s.one_run is not None
     r, v = one_run_guesses(
         one["one_run_scores"], one["one_run_included"].astype(bool), s.one_run.guesses
@@ -590,6 +586,8 @@ class DpsgdKind(AuditKind[DpsgdSection]):
     def summarise(
         self, section: DpsgdSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
+        from dpaudit.results import Comparison, gdp_implied_comparison
+
         s, delta = section, context.delta
         many, one = _split(outputs)
         upper = _many_run_upper(many, delta)
@@ -683,7 +681,9 @@ def run_dpsgd_from_section(
     Raises:
         ConfigError: an invalid section (one line per pydantic's first error).
     """
+    from dpaudit.executors import run_units
     from dpaudit.kinds.base import VerdictBudget
+    from dpaudit.store import RunStore
 
     if not isinstance(section, DpsgdSection):
         try:
