@@ -7,11 +7,15 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test lint format bench clean
 
 $(STAMP): pyproject.toml constraints.txt
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]"
-	touch $(STAMP)
+	@echo "make: setting up $(VENV) (first time: a few minutes; torch is the CPU build)"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "make: installing dpaudit and its test tools (pip install -c constraints.txt -e \".[test]\")"
+	$(BIN)/python -m pip install --quiet --progress-bar off -c constraints.txt -e ".[test]"
+	@touch $(STAMP)
+	@echo "make: $(VENV) is ready"
 
 demo: $(STAMP)
+	@echo "make: running the quickstart audit (dpaudit run audits/quickstart.toml)"
 	$(BIN)/dpaudit run audits/quickstart.toml
 
 test: $(STAMP)
@@ -27,5 +31,6 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# Removes what the build made, never your audit runs (remove those with rm -r reports/NAME).
 clean:
-	rm -rf $(VENV) reports/*/ .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache dpaudit.egg-info

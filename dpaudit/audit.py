@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import platform
+import socket
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,6 +70,8 @@ def _run_plan(
     e = config.execution
     total = len(plan.units)
     tick = (lambda k: progress(plan.description, total, k)) if progress else None
+    if progress is not None:
+        progress(plan.description, total, 0)  # the clock of the estimate starts now
     return run_units(
         plan.fn,
         plan.spec,
@@ -90,6 +94,72 @@ def _data_hash(summaries: list[KindSummary]) -> str | None:
     return hashlib.sha256("\n".join(hashes).encode()).hexdigest()
 
 
+def check_environment(config: AuditConfig, run_dir: Path) -> None:
+    """The environment a run needs, checked before any work: device, scheduler, output.
+
+    Raises:
+        DpauditError: One line naming the resource and what to do.
+    """
+    _check_device(config.execution.device)
+    e = config.execution
+    if e.executor == "dask":
+        _check_dask(e.address)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".dpaudit-probe-"):
+            pass
+    except OSError as exc:
+        raise DpauditError(
+            f"cannot write to the run directory {str(run_dir)!r}: {exc.strerror or exc}; "
+            "choose another with --output-dir or [report] output_dir"
+        ) from None
+
+
+def _check_device(device: str) -> None:
+    if device == "cpu":
+        return
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise DpauditError(
+            f"[execution] device = {device!r} is not a torch device; use 'cpu' or 'cuda'"
+        ) from None
+    available = {
+        "cpu": True,
+        "cuda": torch.cuda.is_available(),
+        "mps": torch.backends.mps.is_available(),
+    }.get(dev.type, False)
+    if not available:
+        raise DpauditError(
+            f"[execution] device = {device!r}: no such device is available on this machine "
+            f"(torch {torch.__version__}); use device = 'cpu'"
+        )
+
+
+def _check_dask(address: str | None) -> None:
+    try:
+        import distributed  # noqa: F401  (the executor needs it)
+    except ImportError:
+        raise DpauditError(
+            "[execution] executor = 'dask' needs Dask distributed, which is not installed; "
+            'install it with: pip install "dpaudit[dask]"'
+        ) from None
+    if address is None:
+        return  # a local cluster on 127.0.0.1 is started for the run
+    host, _, port = address.removeprefix("tcp://").rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=5):
+            pass
+    except (OSError, ValueError) as exc:
+        raise DpauditError(
+            f"[execution] address = {address!r}: no Dask scheduler answers there "
+            f"({getattr(exc, 'strerror', None) or exc}); start one, or remove 'address' to "
+            "run on a local cluster"
+        ) from None
+
+
 def default_run_dir(config: AuditConfig) -> Path:
     """``reports/<audit name>/`` under the current folder, or ``[report] output_dir``."""
     if config.report.output_dir:
@@ -104,13 +174,20 @@ def run_audit(
     output_dir: str | Path | None = None,
     progress: Progress | None = None,
     write: bool = True,
+    log: Callable[[str], None] | None = None,
 ) -> AuditResult:
     """Run an audit end to end.
+
+    Everything that can be checked before work starts is checked first (plug-ins import,
+    brought models and data load, the device exists, the Dask scheduler answers, the run
+    directory is writable), so a run never fails after hours on something it could have
+    seen at second one.
 
     Args:
         path_or_config: An audit file or an already loaded :class:`AuditConfig`.
         output_dir: The run directory (default: ``reports/<audit name>/``).
         progress: Optional progress callback (description, total, just finished).
+        log: Optional callback for one-line notes (e.g. that a run resumes).
         write: Write ``results.json`` (and ``report.html`` when configured) into the run
             directory.
 
@@ -127,7 +204,8 @@ def run_audit(
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     check_runnable(config)
-    stored = _compute_units(config, run_dir, progress)
+    check_environment(config, run_dir)
+    stored = _compute_units(config, run_dir, progress, log)
     budget, counts = _allocate_budget(config, stored)
     summaries = _summarise(config, stored, budget)
     tests = tuple(t for s in summaries for t in s.tests)
@@ -187,7 +265,10 @@ class _Stored:
 
 
 def _compute_units(
-    config: AuditConfig, run_dir: Path, progress: Progress | None
+    config: AuditConfig,
+    run_dir: Path,
+    progress: Progress | None,
+    log: Callable[[str], None] | None = None,
 ) -> dict[str, _Stored]:
     """Step 1: every kind's units, computed where missing, stored, and read back."""
     context = run_context(config)
@@ -197,6 +278,9 @@ def _compute_units(
         plan = get_kind(name).plan(config.section(name), context)
         key = plan.key(name)
         store = RunStore(run_dir, key)
+        reused = len(set(plan.units) & store.finished())
+        if log is not None and reused:
+            log(f"{name}: reused {reused} of {len(plan.units)} units from {store.units_dir}")
         stats = _run_plan(config, plan, store, progress)
         outputs = {u: store.load(u) for u in plan.units}
         stored[name] = _Stored(outputs, stats, key, time.perf_counter() - t0)
@@ -241,12 +325,23 @@ def _environment() -> dict[str, Any]:
 
 
 def write_outputs(result: AuditResult, run_dir: Path, *, html: bool = True) -> None:
-    """Write ``results.json`` (and ``report.html`` when the report module is present)."""
-    atomic_write_json(run_dir / "results.json", result.to_dict())
-    if html:
-        from dpaudit.report import render_report
+    """Write ``results.json`` and ``report.html``, each atomically.
 
-        atomic_write_text(run_dir / "report.html", render_report(result.to_dict()))
+    Raises:
+        DpauditError: The files could not be written (disk full, permissions): the run
+            directory keeps every unit, so the same command resumes and only writes again.
+    """
+    try:
+        atomic_write_json(run_dir / "results.json", result.to_dict())
+        if html:
+            from dpaudit.report import render_report
+
+            atomic_write_text(run_dir / "report.html", render_report(result.to_dict()))
+    except OSError as exc:
+        raise DpauditError(
+            f"cannot write the results into {str(run_dir)!r}: {exc.strerror or exc}; every "
+            "finished unit is kept there: fix this, then run the same command again"
+        ) from None
 
 
 def _library_versions() -> dict[str, str | None]:

@@ -1,12 +1,17 @@
 """The ``dpaudit`` command line: a thin Typer app over the public API.
 
-Exit codes: 0 every gate check passed, 1 a check failed, 2 unusable input.
-User mistakes (any :class:`~dpaudit.errors.DpauditError`) print one line, no traceback.
+Exit codes are a contract (README, ``--help``): 0 every gate check passed; 1 a gate check
+failed; 2 unusable input or environment (a bad or unreadable file, a missing resource, an
+unavailable device or scheduler, an unwritable output), with one line naming it and no
+traceback; 130 interrupted (Ctrl-C), with a line saying what was kept. Nothing else exits 1.
+Only what a command needs is imported, when it needs it: ``--help``, ``--version``,
+``init`` and ``validate`` load neither torch nor dp-accounting.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -18,9 +23,11 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    SpinnerColumn,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 from rich.table import Table
 
@@ -31,9 +38,15 @@ if TYPE_CHECKING:
 
     from dpaudit.results import AuditResult
 
+EXIT_CODES_HELP = (
+    "Exit codes: 0 every gate check passed; 1 a gate check failed; 2 unusable input or "
+    "environment (one line says which file, key or resource); 130 interrupted."
+)
+
 app = typer.Typer(
     name="dpaudit",
     help="Audit differential privacy: attacks, empirical lower bounds, accountant upper bounds.",
+    epilog=EXIT_CODES_HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -44,6 +57,7 @@ console = Console(highlight=False, soft_wrap=True)
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
 
 
 def fail(message: str) -> typer.Exit:
@@ -52,22 +66,45 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_BAD_INPUT)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from dpaudit._version import __version__
+
+        console.print(f"dpaudit {__version__}", markup=False)
+        raise typer.Exit(EXIT_OK)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
     """dpaudit: audit differential privacy in machine learning."""
 
 
 @contextmanager
 def _progress(quiet: bool) -> Iterator[Callable[[str, int, int], None] | None]:
-    """A rich progress display whose callback matches :data:`dpaudit.audit.Progress`."""
+    """Progress whose callback matches :data:`dpaudit.audit.Progress`.
+
+    On a terminal: rich bars with a spinner, elapsed time and an estimate of the time left
+    once the first units are done. Off a terminal (CI logs): :class:`PlainProgress` lines.
+    """
     if quiet:
         yield None
         return
+    if not err_console.is_terminal:
+        yield PlainProgress(lambda line: err_console.print(line, markup=False))
+        return
     bars = Progress(
+        SpinnerColumn(),
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
         console=err_console,
         transient=True,
     )
@@ -80,6 +117,59 @@ def _progress(quiet: bool) -> Iterator[Callable[[str, int, int], None] | None]:
 
     with bars:
         yield update
+
+
+class PlainProgress:
+    """Progress as plain lines: one at start, then at every 10 % or 30 s, and at the end.
+
+    For logs that are not a terminal (CI): a bar would print nothing useful there. Each
+    line says the units done, the elapsed time and, once a unit is done, the time left
+    estimated from the pace so far (units take similar time within one kind).
+    """
+
+    def __init__(
+        self,
+        emit: Callable[[str], None],
+        *,
+        every_fraction: float = 0.1,
+        every_seconds: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.emit = emit
+        self.every_fraction = every_fraction
+        self.every_seconds = every_seconds
+        self.clock = clock
+        self._state: dict[str, list[float]] = {}  # description → [done, total, start, last]
+
+    def __call__(self, description: str, total: int, advance: int) -> None:
+        now = self.clock()
+        if description not in self._state:
+            self._state[description] = [0.0, float(total), now, now]
+            self.emit(f"{description}: 0/{total} units")
+        state = self._state[description]
+        before = state[0]
+        state[0] += advance
+        done, total_f, start, last = state
+        crossed = int(done / total_f / self.every_fraction) > int(
+            before / total_f / self.every_fraction
+        )
+        if done >= total_f or crossed or now - last >= self.every_seconds:
+            state[3] = now
+            elapsed = now - start
+            line = f"{description}: {int(done)}/{int(total_f)} units ({done / total_f:.0%}), "
+            line += f"{_duration(elapsed)} elapsed"
+            if 0 < done < total_f:
+                line += f", about {_duration(elapsed / done * (total_f - done))} left"
+            self.emit(line)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _summary(result: AuditResult) -> None:
@@ -153,13 +243,33 @@ def run_command(
     ] = None,
 ) -> None:
     """Run an audit; exit 0 if every gate check passed, 1 if one failed, 2 on bad input."""
-    from dpaudit.audit import run_audit
+    from dpaudit.audit import default_run_dir, run_audit
+    from dpaudit.config import load_config
 
     try:
-        with _progress(quiet) as progress:
-            result = run_audit(file, output_dir=output_dir, progress=progress)
+        config = load_config(file)
     except DpauditError as exc:
         raise fail(str(exc)) from None
+    run_dir = output_dir if output_dir is not None else default_run_dir(config)
+    say = None if quiet else (lambda line: err_console.print(line, markup=False))
+    try:
+        with _progress(quiet) as progress:
+            result = run_audit(config, output_dir=run_dir, progress=progress, log=say)
+    except DpauditError as exc:
+        raise fail(str(exc)) from None
+    except OSError as exc:  # disk full, permissions, ... while the run was under way
+        where = exc.filename or run_dir
+        raise fail(
+            f"{where}: {exc.strerror or exc}; every finished unit is kept in {run_dir}: "
+            "fix this, then run the same command again to resume"
+        ) from None
+    except KeyboardInterrupt:
+        err_console.print(
+            f"interrupted: every finished unit is kept in {run_dir}; run the same command "
+            "again to resume",
+            markup=False,
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     if junit is not None:
         write_junit(result, junit)
     if not quiet:
