@@ -253,9 +253,8 @@ def score_summary(
         clopper_pearson(int(curve.fn[i]), curve.positives, confidence_level=confidence_level)
         for i in idx
     ]
-    lo = float(min(negative_scores.min(), positive_scores.min()))
-    hi = float(max(negative_scores.max(), positive_scores.max()))
-    edges = np.linspace(lo, hi if hi > lo else lo + 1.0, bins + 1)
+    edges = histogram_edges(negative_scores, positive_scores, bins=bins)
+    lo, hi = float(edges[0]), float(edges[-1])
     metrics = membership_metrics(
         negative_scores, positive_scores, confidence_level=confidence_level
     )
@@ -276,10 +275,31 @@ def score_summary(
         },
         histogram={
             "edges": edges.tolist(),
-            "negatives": np.histogram(negative_scores, edges)[0].tolist(),
-            "positives": np.histogram(positive_scores, edges)[0].tolist(),
+            # Outliers are counted in the end bins: the counts still add up to the trials.
+            "negatives": np.histogram(np.clip(negative_scores, lo, hi), edges)[0].tolist(),
+            "positives": np.histogram(np.clip(positive_scores, lo, hi), edges)[0].tolist(),
         },
     )
+
+
+def histogram_edges(
+    negative_scores: np.ndarray, positive_scores: np.ndarray, *, bins: int = 60
+) -> np.ndarray:
+    """Equal-width bin edges that show both classes, whatever their outliers.
+
+    The range covers 0.5 %–99.5 % of the pooled scores, widened so that each class's own
+    1 %–99 % range fits (neither class sits in one end bin); scores beyond it are counted
+    in the end bins. The full min–max range made a loss attack's histogram one spike at 0
+    when a few rows had huge losses. A constant sample gets a unit-wide range around it.
+    """
+    pooled = np.concatenate([negative_scores, positive_scores])
+    lo, hi = (float(v) for v in np.quantile(pooled, [0.005, 0.995]))
+    for scores in (negative_scores, positive_scores):
+        q_lo, q_hi = np.quantile(scores, [0.01, 0.99])
+        lo, hi = min(lo, float(q_lo)), max(hi, float(q_hi))
+    if not hi > lo:
+        lo, hi = lo - 0.5, lo + 0.5
+    return np.linspace(lo, hi, bins + 1)
 
 
 def theory_curves(

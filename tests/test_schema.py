@@ -174,3 +174,23 @@ def test_attribute_entry_without_non_member_accuracy_fails(good: dict[str, Any])
 def test_validation_error_is_a_dpaudit_error() -> None:
     with pytest.raises(DpauditError, match="'schema_version' is a required property"):
         validate_results({})
+
+
+def test_histogram_shows_both_classes_despite_outliers() -> None:
+    # Loss-attack scores: most near 0, a few huge losses. The min–max range made one spike.
+    import numpy as np
+
+    from dpaudit.results import histogram_edges, score_summary
+
+    rng = np.random.default_rng(0)
+    neg = np.concatenate([-rng.exponential(0.5, 995), [-800.0] * 5])
+    pos = -rng.exponential(0.2, 1000)
+    edges = histogram_edges(neg, pos, bins=60)
+    assert edges[0] > -800.0  # the outliers do not set the range
+    assert edges[0] <= np.quantile(neg, 0.01)  # each class's 1 %–99 % range fits
+    h = score_summary("t", "t", neg, pos, confidence_level=0.95, bins=60).histogram
+    assert sum(h["negatives"]) == 1000  # outliers clipped into the end bin, not lost
+    assert sum(h["positives"]) == 1000
+    assert sum(c > 0 for c in h["positives"]) >= 10  # not one spike
+    same = histogram_edges(np.zeros(5), np.zeros(5), bins=4)
+    assert same.tolist() == [-0.5, -0.25, 0.0, 0.25, 0.5]
