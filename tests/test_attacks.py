@@ -425,3 +425,87 @@ def test_shared_reference_set_gives_each_attack_its_own_scores(target: AuditedTa
             [get_attack("lira", num_reference_models=4), get_attack("rmia")],
             seed=9,
         )
+
+
+# ------------------------------------------------------------- the membership kind's attacks
+
+KIND_AUDIT = """
+[audit]
+name = "variants"
+kinds = ["membership"]
+seed = 4
+[data]
+dataset = "statsmodels:fair"
+audited_size = 200
+[model]
+kind = "logistic"
+[training]
+epochs = 2
+batch_size = 32
+[training.dp]
+target_epsilon = 2.0
+[target]
+variants = ["plain", "dp"]
+[membership]
+attacks = {attacks}
+reference_models = 4
+rmia_population_samples = 100
+{extra}
+"""
+ALL_VARIANTS = [
+    "loss",
+    "lira",
+    "rmia",
+    "rmia-offline",
+    "lira-online",
+    "lira-offline",
+    "lira-online-global",
+    "lira-offline-global",
+]
+
+
+def _kind_audit(tmp_path, name: str, attacks: list[str], extra: str = ""):
+    from dpaudit.audit import run_audit
+
+    path = tmp_path / f"{name}.toml"
+    path.write_text(KIND_AUDIT.format(attacks=json_list(attacks), extra=extra))
+    return run_audit(path, output_dir=tmp_path / name)
+
+
+def json_list(items: list[str]) -> str:
+    return "[" + ", ".join(f'"{i}"' for i in items) + "]"
+
+
+def test_membership_kind_scores_every_variant_and_headline_picks_the_verdict(tmp_path) -> None:
+    base = _kind_audit(tmp_path, "base", ["loss", "lira"])
+    every = _kind_audit(tmp_path, "every", ALL_VARIANTS, 'headline = "rmia"')
+    tests = {t.id: t for t in every.tests}
+    assert set(tests) == {f"{v}-{a}" for v in ("plain", "dp") for a in ALL_VARIANTS}
+    # Adding attacks after "lira" leaves the earlier attacks' scores (and bounds) alone.
+    for t in base.tests:
+        assert tests[t.id].to_dict()["metrics"] == t.to_dict()["metrics"]
+    # Only the headline's bounds are comparisons; the others keep theirs in their test.
+    assert {c.test for c in every.comparisons} == {
+        "rmia on the plain target",
+        "rmia on the dp target",
+    }
+    in_verdict = [c for c in every.comparisons if c.in_verdict]
+    assert [c.test for c in in_verdict] == ["rmia on the dp target"]
+    other = tests["dp-lira-offline"].to_dict()
+    assert other["attack"]["headline"] is False
+    assert other["bounds"]
+    assert not any(b["in_verdict"] for b in other["bounds"])
+    assert tests["dp-rmia"].to_dict()["attack"]["headline"] is True
+    info = every.provenance["units"]["membership"]
+    assert info["computed"] == 2
+
+
+def test_membership_headline_must_be_listed(tmp_path) -> None:
+    from dpaudit.config import load_config
+
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        KIND_AUDIT.format(attacks=json_list(["loss", "lira"]), extra='headline = "rmia"')
+    )
+    with pytest.raises(DpauditError, match="headline = 'rmia' is not one of the attacks"):
+        load_config(path)

@@ -1,9 +1,11 @@
 """The ``membership`` kind: membership inference on a target dpaudit trains, or on yours.
 
 Own targets (``[target] variants``): each audited row joins the target by an independent
-fair coin; the loss, shadow and LiRA attacks score the rows; a unit stores the coins,
-every attack's scores and the target's DP-SGD record — nothing that depends on the
-confidence level or δ, so changing those re-measures the same trained models. Brought
+fair coin; the attacks named in ``[membership] attacks`` score the rows; a unit stores the
+coins, every attack's scores and the target's DP-SGD record — nothing that depends on the
+confidence level or δ, so changing those re-measures the same trained models. Attacks
+that read reference models (every LiRA variant and RMIA) share ONE reference set per
+unit, trained with the seed of the first of them in the list. Brought
 targets (``[target] path`` / ``factory`` / ``scores``, :mod:`dpaudit.targets`): a unit
 per attack stores the scores and the user's membership.
 
@@ -12,6 +14,23 @@ intervals), the one-run ε lower bound (rigorous when membership was decided by 
 coins: Steinke, Nasr, Jagielski 2023, Thm. 3.1), held against the accountant's ε of
 what ran when dpaudit trained the target with DP-SGD, and a heuristic bound that treats
 rows as independent trials (they share one model, so it proves nothing).
+
+Attack names (``[membership] attacks``):
+
+- ``"loss"`` (Yeom et al. 2018), ``"shadow"`` (Shokri et al. 2017);
+- ``"lira"``: LiRA online with variance "auto" (per-example from 64 reference models,
+  global below), as in earlier releases;
+- ``"lira-online"``, ``"lira-offline"``: LiRA with per-example variances, online (IN and
+  OUT fits) or offline (OUT fit only); ``"lira-online-global"``,
+  ``"lira-offline-global"``: the same with one global variance (Carlini et al. 2022);
+- ``"rmia"``, ``"rmia-offline"``: RMIA (Zarifzadeh, Liu, Shokri 2024), online or offline
+  with the linear approximation's ``rmia_offline_a``; ``rmia_gamma`` is its γ and
+  ``rmia_population_samples`` the population rows z.
+
+``headline`` names the attack whose one-run bound enters the verdict (and so the report's
+headline and the gate's bound checks); the other attacks' tests (metrics, curves, their
+own one-run and heuristic bounds in the test's details) still go into results.json.
+Without ``headline`` every attack's one-run bound enters the verdict, as before.
 """
 
 from __future__ import annotations
@@ -22,7 +41,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from dpaudit.bounds import EpsilonBound, epsilon_lower_bound, mu_lower_bound
 from dpaudit.errors import InsufficientTrialsError
@@ -39,9 +58,32 @@ from dpaudit.results import Comparison, TestSummary, score_summary, theory_curve
 from dpaudit.sections import ByoSpec, Table
 from dpaudit.upper_bounds import from_records
 
-_TRAINS_REFERENCES = ("shadow", "lira")
-Attack = Literal["loss", "shadow", "lira"]
+Attack = Literal[
+    "loss",
+    "shadow",
+    "lira",
+    "lira-online",
+    "lira-offline",
+    "lira-online-global",
+    "lira-offline-global",
+    "rmia",
+    "rmia-offline",
+]
+#: Attacks that read one shared reference set (LiRA's variants and RMIA).
+REFERENCE_ATTACKS: tuple[Attack, ...] = (
+    "lira",
+    "lira-online",
+    "lira-offline",
+    "lira-online-global",
+    "lira-offline-global",
+    "rmia",
+    "rmia-offline",
+)
+_RMIA_ATTACKS = ("rmia", "rmia-offline")
+_TRAINS_REFERENCES = ("shadow", *REFERENCE_ATTACKS)
 _ALL_ATTACKS: tuple[Attack, ...] = ("loss", "shadow", "lira")
+#: OwnSpec fields that change only RMIA's scores (left out of the unit key without RMIA).
+_RMIA_OPTIONS = ("rmia_offline_a", "rmia_gamma", "rmia_population_samples")
 #: Said wherever reference models stand in for the unknown training of a brought target.
 RECIPE_NOTE = (
     "Shadow and LiRA reference models are trained with the recipe in [model]/[training]; "
@@ -58,6 +100,20 @@ class MembershipSection(Table):
     )
     reference_models: Annotated[int, Field(ge=2)] = 64
     shadow_models: Annotated[int, Field(ge=1)] = 16
+    headline: Attack | None = None
+    rmia_offline_a: Annotated[float, Field(ge=0.0, le=1.0)] = 0.3
+    rmia_gamma: Annotated[float, Field(gt=0.0)] = 1.0
+    rmia_population_samples: Annotated[int, Field(ge=1)] = 1000
+
+    @model_validator(mode="after")
+    def _headline_is_listed(self) -> MembershipSection:
+        if self.headline is not None and self.headline not in self.attacks:
+            raise ValueError(
+                f"headline = {self.headline!r} is not one of the attacks {self.attacks}"
+            )
+        if len(set(self.attacks)) != len(self.attacks):
+            raise ValueError(f"attacks lists an attack twice: {self.attacks}")
+        return self
 
 
 class OwnSpec(_targets.TargetSpec):
@@ -66,28 +122,115 @@ class OwnSpec(_targets.TargetSpec):
     attacks: tuple[str, ...]
     reference_models: int
     shadow_models: int
+    rmia_offline_a: float = 0.3
+    rmia_gamma: float = 1.0
+    rmia_population_samples: int = 1000
+
+
+def own_attacks(spec: OwnSpec) -> list[Any]:
+    """The attack objects of ``spec.attacks``, in order, with the section's options."""
+    from dpaudit.attacks import LiraAttack, LossAttack, ShadowAttack, get_attack
+
+    out: list[Any] = []
+    for name in spec.attacks:
+        if name == "loss":
+            out.append(LossAttack())
+        elif name == "shadow":
+            out.append(ShadowAttack(num_shadow_models=spec.shadow_models))
+        elif name == "lira":
+            out.append(LiraAttack(num_reference_models=spec.reference_models))
+        elif name in _RMIA_ATTACKS:
+            out.append(
+                get_attack(
+                    name,
+                    num_reference_models=spec.reference_models,
+                    offline_a=spec.rmia_offline_a,
+                    gamma=spec.rmia_gamma,
+                    population_samples=spec.rmia_population_samples,
+                )
+            )
+        else:
+            out.append(get_attack(name, num_reference_models=spec.reference_models))
+    return out
+
+
+@dataclass(frozen=True)
+class _OwnScores:
+    attack: str
+    options: dict[str, Any]
+    scores: np.ndarray
+    seconds: float
+    reference_set: str | None
+
+
+def score_own_attacks(target: Any, spec: OwnSpec) -> list[_OwnScores]:
+    """Every attack's scores of the audited rows; reference attacks share one set.
+
+    The attack at position i gets ``attack_seed(seed, i)`` (as
+    :func:`dpaudit.membership.score_attacks` gives it); the shared reference set is
+    trained with the seed of the FIRST reference attack in the list, so appending an
+    attack to the list changes no earlier attack's scores (with ``["loss", "shadow",
+    "lira"]`` LiRA's reference models are exactly those it trained alone).
+
+    Raises:
+        DpauditError: an attack returned non-finite scores.
+    """
+    import time
+
+    from dpaudit.attacks import ReferenceAttack, score_with_shared_references
+    from dpaudit.errors import DpauditError
+    from dpaudit.membership import attack_seed
+
+    attacks = own_attacks(spec)
+    X, y = target.audited_X, target.audited_y
+    context = target.context(device=spec.device)
+    found: dict[int, _OwnScores] = {}
+    shared = [i for i, a in enumerate(attacks) if isinstance(a, ReferenceAttack)]
+    for i, attack in enumerate(attacks):
+        if i in shared:
+            continue
+        t0 = time.perf_counter()
+        scores = attack.score(context, X, y, seed=attack_seed(spec.seed, i))
+        found[i] = _OwnScores(
+            spec.attacks[i], attack.options(), scores, time.perf_counter() - t0, None
+        )
+    if shared:
+        t0 = time.perf_counter()
+        first = spec.attacks[shared[0]]
+        all_scores = score_with_shared_references(
+            context, X, y, [attacks[i] for i in shared], seed=attack_seed(spec.seed, shared[0])
+        )
+        seconds = time.perf_counter() - t0
+        for i, scores in zip(shared, all_scores, strict=True):
+            found[i] = _OwnScores(spec.attacks[i], attacks[i].options(), scores, seconds, first)
+    out = []
+    for i in range(len(attacks)):
+        s = found[i]
+        row = np.asarray(s.scores, dtype=np.float64)[0]
+        if not np.all(np.isfinite(row)):
+            raise DpauditError(
+                f"The {s.attack!r} attack returned {int((~np.isfinite(row)).sum())} "
+                "non-finite scores."
+            )
+        out.append(dataclasses.replace(s, scores=row))
+    return out
 
 
 def own_unit(spec: OwnSpec, unit: str) -> dict[str, np.ndarray]:
     """Train one target variant and score its audited rows with every attack."""
-    from dpaudit.membership import resolve_attacks, score_attacks
-
     variant = unit.split("-", 2)[2]
     dataset = _targets.load(spec)
     target = _targets.train(spec, variant, dataset)
-    attacks = resolve_attacks(
-        spec.attacks,
-        num_reference_models=spec.reference_models,
-        num_shadow_models=spec.shadow_models,
-    )
-    scored = score_attacks(target, attacks, seed=spec.seed, device=spec.device)
+    scored = score_own_attacks(target, spec)
     coins = target.membership
     from dpaudit.attacks.base import stack_logits
 
     correct = stack_logits(target.models, target.audited_X)[0].argmax(axis=-1) == target.audited_y
     info = {
         "attacks": [
-            {"attack": s.attack, "options": s.options, "seconds": s.seconds} for s in scored
+            {"attack": s.attack, "options": s.options, "seconds": s.seconds}
+            | ({"reference_set": s.reference_set} if s.reference_set else {})
+            for s in scored
         ],
         "accuracy": {
             "members": float(correct[coins].mean()),
@@ -134,7 +277,19 @@ def own_spec(section: MembershipSection, context: RunContext) -> OwnSpec:
         attacks=tuple(section.attacks),
         reference_models=section.reference_models,
         shadow_models=section.shadow_models,
+        rmia_offline_a=section.rmia_offline_a,
+        rmia_gamma=section.rmia_gamma,
+        rmia_population_samples=section.rmia_population_samples,
     )
+
+
+def own_key_data(own: OwnSpec) -> dict[str, Any]:
+    """The unit key of own targets: RMIA's options only when an RMIA attack runs."""
+    key = _targets.key_data(own, attacks=list(own.attacks))
+    if not set(_RMIA_ATTACKS) & set(own.attacks):
+        for name in _RMIA_OPTIONS:
+            key.pop(name, None)
+    return key
 
 
 # ----------------------------------------------------------------------------- summary
@@ -282,7 +437,7 @@ class MembershipKind(AuditKind[MembershipSection]):
             fn=own_unit,
             spec=own,
             units=tuple(f"target-{i}-{v}" for i, v in enumerate(names)),
-            key_data=_targets.key_data(own, attacks=list(own.attacks)),
+            key_data=own_key_data(own),
             description="training targets and attacking",
         )
 
@@ -290,7 +445,7 @@ class MembershipKind(AuditKind[MembershipSection]):
         if context.shared.target.brought:
             return 0  # dpaudit does not know how a brought target was trained
         with_record = sum("noise_multiplier" in part for part in outputs.values())
-        return with_record * len(section.attacks)
+        return with_record * (1 if section.headline else len(section.attacks))
 
     def summarise(
         self, section: MembershipSection, context: RunContext, outputs: Outputs, *, level: float
@@ -300,10 +455,29 @@ class MembershipKind(AuditKind[MembershipSection]):
         tests, comparisons = [], []
         scored, data_hash = _own_scored(outputs, context)
         for s in scored:
-            test, comps = _summarise_one(s, context, level=level, rigorous=True)
+            # An attack outside the verdict (not the headline) takes no share of its budget.
+            outside = section.headline not in (None, s.attack)
+            lvl = context.confidence_level if outside else level
+            test, comps = _summarise_one(s, context, level=lvl, rigorous=True)
+            if section.headline is not None:
+                test, comps = _with_headline(test, comps, s, headline=section.headline)
             tests.append(test)
             comparisons += comps
         return KindSummary(tuple(tests), tuple(comparisons), data_hash=data_hash)
+
+
+def _with_headline(
+    test: TestSummary, comps: list[Comparison], s: _Scored, *, headline: str
+) -> tuple[TestSummary, list[Comparison]]:
+    """With ``headline`` set, only that attack's bounds are comparisons (verdict, report
+    headline); another attack's bounds stay in its test's details, out of the verdict."""
+    attack = dict(test.details.get("attack", {}))
+    attack["headline"] = s.attack == headline
+    test = test.with_details(attack=attack)
+    if s.attack == headline:
+        return test, comps
+    bounds = [dataclasses.replace(c, in_verdict=False).to_dict() for c in comps]
+    return test.with_details(bounds=bounds), []
 
 
 def _unit_attack(unit: str) -> str:
