@@ -660,3 +660,15 @@ def test_histogram_with_degenerate_edges_is_skipped() -> None:
         histogram_plot({"histogram": {"edges": [1.0, 1.0], "negatives": [3], "positives": [2]}})
         is None
     )
+
+
+def test_a_check_not_evaluated_says_so(tmp_path: Path) -> None:
+    audit = tmp_path / "a.toml"
+    audit.write_text(
+        '[audit]\nname = "ne"\nkinds = ["mechanism"]\n'
+        '[mechanism]\nname = "laplace"\nepsilon = 1.0\ntrials = 2000\n'
+        '[gate]\nmax_attribute_advantage = 0.1\non_unmeasured = "warn"\n'
+    )
+    run_audit(audit, output_dir=tmp_path / "r")
+    html = (tmp_path / "r" / "report.html").read_text()
+    assert '<span class="tag warn">not evaluated</span>' in html
