@@ -12,9 +12,12 @@ A dataset name is ``<source>:<what>``:
   ``logpopul`` carries the same information.
 - ``statsmodels:randhie`` — the RAND health insurance experiment (20,190 rows). Default
   label: ``mdvis > 0`` (binary: at least one outpatient visit).
-- ``csv:<path>`` and ``parquet:<path>`` — a table of your own; relative paths resolve against
-  ``base_dir``. Non-numeric (object, category, bool) columns are one-hot encoded. Parquet
-  needs pyarrow (``pip install pyarrow``), imported only when a parquet file is read.
+- ``csv:<path>`` and ``parquet:<path>`` — a table of your own (a CSV in UTF-8); relative
+  paths resolve against ``base_dir``. Category and bool columns are one-hot encoded; a text
+  column is one-hot encoded only when ``features`` (or ``sensitive``) names it, since a
+  stray text column (an id, a name, a number column holding ``"?"``) is more often a
+  mistake than a feature. Parquet needs pyarrow (``pip install pyarrow``), imported only
+  when a parquet file is read.
 
 A label is a column name, or ``"<column>><number>"`` (e.g. ``"affairs>0"``) to binarise a
 numeric column. Label values are mapped to classes ``0..C-1`` in sorted order.
@@ -44,6 +47,7 @@ __all__ = [
     "Split",
     "Standardizer",
     "load_dataset",
+    "read_table",
     "split_dataset",
 ]
 
@@ -251,6 +255,7 @@ def load_dataset(
     label: str | None = None,
     sensitive: str | None = None,
     features: tuple[str, ...] | list[str] | None = None,
+    exclude: tuple[str, ...] | list[str] = (),
     sensitive_bins: int = 4,
     base_dir: str | Path | None = None,
 ) -> Dataset:
@@ -262,7 +267,11 @@ def load_dataset(
         label: the label column, or ``"<column>><number>"`` to binarise; defaults to the
             built-in dataset's label (required for csv/parquet).
         sensitive: a column to keep recoverable for attribute inference.
-        features: the feature columns to keep (default: every column but the label).
+        features: the feature columns to keep (default: every column but the label and
+            ``exclude``; of a csv/parquet table these must then be numeric, bool or
+            category columns).
+        exclude: columns that are neither features nor the label when ``features`` is
+            not given (e.g. a brought target's membership column).
         sensitive_bins: number of quantile bins for a continuous sensitive column.
         base_dir: directory that relative csv/parquet paths resolve against.
 
@@ -270,8 +279,9 @@ def load_dataset(
         The encoded :class:`Dataset` (not standardised).
 
     Raises:
-        DataError: unknown dataset, missing file, unknown column (the message lists the
-            available ones), missing values, a label with too many distinct values.
+        DataError: unknown dataset, a missing, unreadable or empty file, unknown column (the
+            message lists the available ones), a text column not named in ``features``,
+            missing values, a label with too many distinct values.
     """
     frame, default_label, categorical, source = _read_frame(name, base_dir=base_dir)
     if label is None:
@@ -284,7 +294,9 @@ def load_dataset(
     label_column, threshold = _parse_label(label)
     _check_columns(frame, [label_column], name, "label")
     if features is None:
-        feature_columns = [c for c in frame.columns if c != label_column]
+        feature_columns = [c for c in frame.columns if c != label_column and c not in exclude]
+        if name.partition(":")[0] in ("csv", "parquet"):
+            _check_no_text(frame, [c for c in feature_columns if c != sensitive], name)
     else:
         feature_columns = list(features)
         _check_columns(frame, feature_columns, name, "features")
@@ -434,22 +446,7 @@ def _read_frame(
         path = Path(rest).expanduser()
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path
-        if not path.is_file():
-            raise DataError(f"The data file {str(path)!r} does not exist.")
-        if source == "csv":
-            try:
-                frame = pd.read_csv(path)
-            except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-                raise DataError(f"Cannot read {str(path)!r} as CSV: {exc}") from None
-        else:
-            try:
-                import pyarrow  # noqa: F401  (only needed here)
-            except ImportError:
-                raise DataError(
-                    f"Reading {str(path)!r} needs pyarrow, which is not installed: "
-                    f"run 'pip install pyarrow'."
-                ) from None
-            frame = pd.read_parquet(path)
+        frame = read_table(path, fmt="csv" if source == "csv" else "parquet")
         return frame, None, (), f"{source}:{path}"
     builtin = BUILTIN_DATASETS.get(name)
     if builtin is None:
@@ -469,6 +466,101 @@ def _read_frame(
         frame = getattr(sm.datasets, builtin.loader).load_pandas().data
     frame = frame.drop(columns=list(builtin.drop))
     return frame.reset_index(drop=True), builtin.label, builtin.categorical, name
+
+
+def check_file(path: Path, what: str) -> Path:
+    """``path`` if it is a file, else a :class:`DataError` naming ``what`` it should be."""
+    if path.is_dir():
+        raise DataError(f"The {what} {str(path)!r} is a folder; name the file itself.")
+    if not path.is_file():
+        raise DataError(f"The {what} {str(path)!r} does not exist.")
+    return path
+
+
+def library_reason(exc: BaseException) -> str:
+    """A library's error message as a short clause for a one-line message.
+
+    The first sentence, without the prefixes libraries put before the cause (e.g.
+    "Error while deserializing header: header too large" gives "header too large").
+    """
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    first = text.split(". ")[0].rstrip(".")
+    cause = first.rsplit(":", 1)[-1].strip()
+    return (cause or first)[:160]
+
+
+def read_table(
+    path: str | Path, *, fmt: Literal["csv", "parquet"], what: str = "data file"
+) -> pd.DataFrame:
+    """Read a CSV (UTF-8) or Parquet table that has at least one row.
+
+    Args:
+        path: The file.
+        fmt: ``"csv"`` or ``"parquet"``.
+        what: What the file is, for messages (``"data file"``, ``"scores file"``, ...).
+
+    Returns:
+        The table.
+
+    Raises:
+        DataError: One line naming the file and what to do: it is missing or a folder, is
+            not UTF-8, cannot be parsed, is corrupt, or has no rows.
+    """
+    path = check_file(Path(path), what)
+    shown = repr(str(path))
+    if fmt == "csv":
+        try:
+            frame = pd.read_csv(path)
+        except UnicodeDecodeError as exc:
+            byte = exc.object[exc.start : exc.start + 1].hex()
+            raise DataError(
+                f"The {what} {shown} is not UTF-8 text (byte 0x{byte} at position "
+                f"{exc.start}); save it as UTF-8 CSV."
+            ) from None
+        except pd.errors.EmptyDataError:
+            raise DataError(
+                f"The {what} {shown} is empty; it needs a header row and data rows."
+            ) from None
+        except pd.errors.ParserError as exc:
+            reason = " ".join(str(exc).split())
+            raise DataError(f"Cannot read the {what} {shown} as CSV: {reason}.") from None
+    else:
+        try:
+            import pyarrow
+        except ImportError:
+            raise DataError(
+                f"Reading {shown} needs pyarrow, which is not installed: run 'pip install pyarrow'."
+            ) from None
+        try:
+            frame = pd.read_parquet(path)
+        # pyarrow reports a bad footer as ArrowInvalid (an ArrowException) but a body it
+        # cannot decode ("Couldn't deserialize thrift") as a plain OSError, its
+        # ArrowIOError; OSError is caught only around this one read of a file known to exist.
+        except (pyarrow.ArrowException, OSError) as exc:
+            raise DataError(
+                f"The {what} {shown} is not a readable Parquet file ({library_reason(exc)}); "
+                "it may be truncated or corrupt: write it again (e.g. DataFrame.to_parquet)."
+            ) from None
+    if len(frame) == 0:
+        raise DataError(f"The {what} {shown} has a header but no rows; it needs data rows.")
+    return frame
+
+
+def _check_no_text(frame: pd.DataFrame, columns: list[Any], name: str) -> None:
+    """Refuse text columns among features nobody named (``features`` not given)."""
+    for col in columns:
+        series = frame[col]
+        numeric = pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series)
+        if numeric or isinstance(series.dtype, pd.CategoricalDtype):
+            continue
+        # The first value that is not a number: "?" in a number column, or the first name.
+        words = series[pd.to_numeric(series, errors="coerce").isna() & series.notna()]
+        example = f" (e.g. {words.iloc[0]!r})" if len(words) else ""
+        raise DataError(
+            f"The column {col!r} of {name!r} holds text{example}; features must be numeric, "
+            "or name the columns to use in [data] features (text columns named there are "
+            "one-hot encoded)."
+        )
 
 
 def _parse_label(label: str) -> tuple[str, float | None]:

@@ -30,19 +30,19 @@ import importlib
 import json
 import math
 import sys
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
+from dpaudit.data import Dataset, check_file, library_reason, load_dataset, read_table
 from dpaudit.errors import ConfigError, DataError, DpauditError
 from dpaudit.sections import ByoSpec
-
-if TYPE_CHECKING:
-    from dpaudit.data import Dataset
 
 __all__ = [
     "ByoData",
@@ -52,6 +52,7 @@ __all__ = [
     "byo_units",
     "load_byo_data",
     "load_target",
+    "preflight",
     "read_scores",
     "target_digest",
 ]
@@ -210,10 +211,25 @@ def _import_factory(spec: str, base_dir: Path) -> Callable[[], Any]:
     return fn
 
 
-def _check_file(path: Path, what: str) -> Path:
-    if not path.is_file():
-        raise DataError(f"The {what} {str(path)!r} does not exist.")
-    return path
+# Each format's name in messages, and how such a file is written.
+_FORMATS = {
+    "safetensors": ("safetensors", "safetensors.torch.save_file"),
+    "torch-export": ("torch.export", "torch.export.save"),
+    "torchscript": ("TorchScript", "torch.jit.save"),
+    "skops": ("skops", "skops.io.dump"),
+    "onnx": ("ONNX", "torch.onnx.export or skl2onnx"),
+    "pickle": ("pickle", "pickle.dump"),
+}
+
+
+def _unreadable(path: Path, fmt: str, exc: BaseException) -> DataError:
+    """The one-line error for a model file its format's loader cannot read."""
+    name, saved_with = _FORMATS[fmt]
+    return DataError(
+        f"The model file {str(path)!r} is not a readable {name} file ({library_reason(exc)}); "
+        f"it may be truncated or corrupt: save it again with {saved_with}, or set "
+        "[target] format if it is in another format."
+    )
 
 
 def _optional(module: str, extra: str) -> Any:
@@ -232,7 +248,11 @@ def _load_safetensors(
     from dpaudit.models import ModelSpec, ModelStack
 
     st = _optional("safetensors.torch", "byo")
-    state = st.load_file(str(path))
+    safetensors = _optional("safetensors", "byo")
+    try:
+        state = st.load_file(str(path))
+    except safetensors.SafetensorError as exc:  # a bad header, a truncated or garbage file
+        raise _unreadable(path, "safetensors", exc) from None
     t = config.target
     if t.factory is not None:
         module = _import_factory(t.factory, Path(config.base_dir))()
@@ -269,7 +289,15 @@ def _load_safetensors(
 
 def _load_skops(path: Path, trusted: list[str], description: dict) -> Any:
     sio = _optional("skops.io", "byo")
-    untrusted = sorted(set(sio.get_untrusted_types(file=str(path))) - set(trusted))
+    try:
+        found = sio.get_untrusted_types(file=str(path))
+    # A skops file is a zip archive holding schema.json: a truncated or foreign file is
+    # not a zip (BadZipFile); another zip lacks schema.json (KeyError from ZipFile.read)
+    # or holds a broken one (JSONDecodeError, a ValueError). KeyError and ValueError are
+    # caught only around this one call, which reads nothing but the archive's schema.
+    except (zipfile.BadZipFile, KeyError, ValueError) as exc:
+        raise _unreadable(path, "skops", exc) from None
+    untrusted = sorted(set(found) - set(trusted))
     if untrusted:
         raise DpauditError(
             f"The skops file {str(path)!r} holds types skops does not trust by default: "
@@ -282,7 +310,15 @@ def _load_skops(path: Path, trusted: list[str], description: dict) -> Any:
 
 def _load_onnx(path: Path, description: dict) -> Callable[[np.ndarray], np.ndarray]:
     ort = _optional("onnxruntime", "byo")
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    state = importlib.import_module("onnxruntime.capi.onnxruntime_pybind11_state")
+    # ONNX Runtime's errors share no base class but Exception: a truncated or garbage file
+    # is InvalidProtobuf, an empty one InvalidArgument, a broken graph InvalidGraph or Fail.
+    errors = (state.InvalidProtobuf, state.InvalidArgument, state.InvalidGraph, state.Fail,
+              state.NoModel, state.NoSuchFile, state.RuntimeException)  # fmt: skip
+    try:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except errors as exc:
+        raise _unreadable(path, "onnx", exc) from None
     inp = session.get_inputs()[0]
     dtype = np.float64 if inp.type == "tensor(double)" else np.float32
     description["onnx_input"] = inp.name
@@ -307,8 +343,9 @@ def load_target(
         The target, and warnings the report must carry (e.g. that a pickle was loaded).
 
     Raises:
-        DpauditError: A missing file, a refused pickle, an untrusted skops type, or a model
-            that does not fit the data.
+        DpauditError: A missing model file (or a folder), a file its format's loader
+            cannot read (truncated, corrupt, another format), a refused pickle, an untrusted
+            skops type, or a model that does not fit the data.
     """
     t = config.target
     warnings: list[str] = []
@@ -321,7 +358,7 @@ def load_target(
         description["factory"] = t.factory
         predict, output = _from_object(obj, output=output, description=description)
     else:
-        path = _check_file(config.resolve(t.path), "model file")
+        path = check_file(config.resolve(t.path), "model file")
         description["path"] = t.path
         if fmt == "pickle":
             if not t.allow_pickle:  # also refused by the schema; kept for API callers
@@ -335,17 +372,32 @@ def load_target(
                 "unpickling runs any code the file holds; audit only files you trust."
             )
             with path.open("rb") as f:
-                obj = pickle.load(f)  # allowed explicitly by the audit file
+                try:
+                    obj = pickle.load(f)  # allowed explicitly by the audit file
+                except (pickle.UnpicklingError, EOFError) as exc:  # truncated or not a pickle
+                    raise _unreadable(path, "pickle", exc) from None
             predict, output = _from_object(obj, output=output, description=description)
         elif fmt == "safetensors":
             obj = _load_safetensors(path, config, num_features, num_classes, description)
             predict, output = _from_object(obj, output=output, description=description)
         elif fmt == "torch-export":
-            program = torch.export.load(str(path))
+            try:
+                program = torch.export.load(str(path))
+            # A .pt2 archive is a zip: a truncated or garbage file is not one (BadZipFile);
+            # a zip of another kind (a TorchScript archive) fails to deserialize with a
+            # RuntimeError, torch's only error type for it, caught around this call alone.
+            except (zipfile.BadZipFile, RuntimeError) as exc:
+                raise _unreadable(path, fmt, exc) from None
             predict = _torch_predict(program.module())
             description["type"] = "torch.export.ExportedProgram"
         elif fmt == "torchscript":
-            predict = _torch_predict(torch.jit.load(str(path), map_location="cpu"))
+            try:
+                module = torch.jit.load(str(path), map_location="cpu")
+            # torch's archive reader raises RuntimeError ("PytorchStreamReader failed ...")
+            # for a truncated, garbage or foreign file; caught around this call alone.
+            except RuntimeError as exc:
+                raise _unreadable(path, fmt, exc) from None
+            predict = _torch_predict(module)
             description["type"] = "torch.jit.ScriptModule"
         elif fmt == "skops":
             obj = _load_skops(path, list(t.trusted_types), description)
@@ -355,6 +407,44 @@ def load_target(
     description["output"] = output
     target = LoadedTarget(predict, num_features, num_classes, output, description)
     return target, warnings
+
+
+def preflight(spec: ByoSpec) -> None:
+    """Check a brought target before any work starts, by loading all of it once.
+
+    A scores file is read and checked whole (columns, numbers, members and non-members).
+    Otherwise ``[data]`` and the membership column or index file are loaded, the model
+    file or factory is loaded (models are small), and the model is run on two audited
+    rows, so a model that does not take ``[data]``'s features fails here rather than in
+    a work unit.
+
+    Args:
+        spec: The brought target's spec (``dpaudit.kinds.membership.byo_spec``).
+
+    Raises:
+        DpauditError: With one line naming the file and what to do.
+    """
+    if spec.target.scores is not None:
+        read_scores(spec)
+        return
+    data = load_byo_data(spec)
+    ds = data.dataset
+    target, _ = load_target(spec, num_features=ds.num_features, num_classes=ds.num_classes)
+    where = spec.target.path or spec.target.factory
+    try:
+        target.logits(ds.X[data.audited[:2]])
+    except DpauditError:
+        raise
+    # The model is the user's: a torch module, an estimator or an ONNX graph reports an
+    # input it cannot take with its own library's exception (torch's RuntimeError,
+    # scikit-learn's ValueError, ONNX Runtime's InvalidArgument), so anything this one
+    # trial call raises means the model does not take [data]'s rows.
+    except Exception as exc:
+        raise DataError(
+            f"The target {where!r} failed on 2 rows of [data] ({ds.num_features} encoded "
+            f"features, {ds.num_classes} classes): {type(exc).__name__}: "
+            f"{library_reason(exc)}. Check [data] label and features."
+        ) from None
 
 
 # -------------------------------------------------------------------------------- data
@@ -404,27 +494,19 @@ def _as_flags(values: Any, where: str) -> np.ndarray:
     return out
 
 
-def _read_table(path: Path) -> Any:
-    import pandas as pd
-
-    if path.suffix.lower() in (".parquet", ".pq"):
-        _optional("pyarrow", "parquet")
-        return pd.read_parquet(path)
-    try:
-        return pd.read_csv(path)
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise DataError(f"Cannot read {str(path)!r} as CSV: {exc}") from None
+def _read_table(path: Path, what: str) -> Any:
+    """A CSV or (by its suffix) Parquet table with rows, or a one-line DataError."""
+    parquet = path.suffix.lower() in (".parquet", ".pq")
+    return read_table(path, fmt="parquet" if parquet else "csv", what=what)
 
 
 def load_byo_data(config: ByoSpec) -> ByoData:
     """Load ``[data]`` and the user's membership of its rows.
 
     Raises:
-        DataError: An unknown membership column or index file, bad flags, or no member /
-            no non-member among the audited rows.
+        DataError: An unknown membership column, a missing, unreadable or empty data or
+            index file, bad flags, or no member / no non-member among the audited rows.
     """
-    from dpaudit.data import load_dataset
-
     d, t = config.data, config.target
     if d is None:
         raise DataError("A brought target's membership audit needs a [data] table.")
@@ -433,18 +515,19 @@ def load_byo_data(config: ByoSpec) -> ByoData:
     source, _, rest = d.dataset.partition(":")
     features = d.features
     flags: np.ndarray
-    if index_file.is_file() and membership.endswith((".csv", ".parquet", ".pq")):
-        table = _read_table(index_file)
+    if membership.endswith((".csv", ".parquet", ".pq")):
+        table = _read_table(index_file, "membership index file")
         if not {"row", "member"} <= set(table.columns):
             raise DataError(
                 f"The membership index file {membership!r} needs columns 'row' and 'member'. "
                 f"Got {', '.join(map(str, table.columns))}."
             )
+        where = f"The membership index file {membership!r} column 'row'"
+        rows = _integers(table["row"], f"{where} must hold 0-based row numbers of [data]")
         dataset = load_dataset(
             d.dataset, label=d.label, sensitive=d.sensitive, features=features,
             base_dir=config.base_dir,
         )  # fmt: skip
-        rows = np.asarray(table["row"], dtype=np.int64)
         if rows.size and (rows.min() < 0 or rows.max() >= dataset.num_rows):
             raise DataError(
                 f"The membership index file {membership!r} names rows outside "
@@ -461,21 +544,17 @@ def load_byo_data(config: ByoSpec) -> ByoData:
                 f"nor a column: {d.dataset!r} is a built-in dataset; give an index file with "
                 "columns 'row' and 'member'."
             )
-        path = _check_file(config.resolve(rest), "data file")
-        frame = _read_table(path)
+        frame = _read_table(config.resolve(rest), "data file")
         if membership not in frame.columns:
             raise DataError(
                 f"[target] membership = {membership!r} is not a column of {d.dataset!r} nor "
                 f"an index file. Columns: {', '.join(map(str, frame.columns))}."
             )
-        if features is None:
-            label_column = (d.label or "").split(">")[0]
-            features = [c for c in frame.columns if c not in (membership, label_column)]
-        elif membership in features:
+        if features is not None and membership in features:
             raise DataError(f"The membership column {membership!r} cannot be a feature.")
         dataset = load_dataset(
             d.dataset, label=d.label, sensitive=d.sensitive, features=features,
-            base_dir=config.base_dir,
+            exclude=(membership,), base_dir=config.base_dir,
         )  # fmt: skip
         flags = _as_flags(list(frame[membership]), f"The column {membership!r}")
     audited = np.flatnonzero(~np.isnan(flags))
@@ -508,14 +587,17 @@ def read_scores(config: ByoSpec) -> tuple[np.ndarray, np.ndarray, str]:
     Returns:
         ``(losses, membership, source)`` with source ``"loss"``, ``"probabilities"`` or
         ``"logits"``.
+
+    Raises:
+        DataError: A missing, unreadable or empty file, a missing or non-numeric column,
+            labels out of range, non-finite losses, or no member / no non-member.
     """
     from dpaudit.attacks.base import true_class_loss
 
     t = config.target
     if t.scores is None:
         raise DataError("[target] names no scores file.")
-    path = _check_file(config.resolve(t.scores), "scores file")
-    frame = _read_table(path)
+    frame = _read_table(config.resolve(t.scores), "scores file")
     column = t.membership or "member"
     if column not in frame.columns:
         raise DataError(
@@ -526,15 +608,23 @@ def read_scores(config: ByoSpec) -> tuple[np.ndarray, np.ndarray, str]:
     keep = ~np.isnan(flags)
     frame = frame[keep]
     membership = flags[keep] == 1.0
+    if not membership.any() or membership.all():
+        raise DataError(
+            f"The scores file {t.scores!r} needs both members and non-members; got "
+            f"{int(membership.sum())} members of {membership.size} rows."
+        )
     probs = sorted((c for c in frame.columns if str(c).startswith("prob_")), key=_class_index)
     logits = sorted((c for c in frame.columns if str(c).startswith("logit_")), key=_class_index)
     if "loss" in frame.columns:
+        _check_numeric(frame, ["loss"], t.scores)
         losses, source = np.asarray(frame["loss"], dtype=np.float64), "loss"
     elif probs or logits:
         if "label" not in frame.columns:
             raise DataError(f"The scores file {t.scores!r} needs a 'label' column.")
-        y = np.asarray(frame["label"], dtype=np.int64)
         cols, source = (logits, "logits") if logits else (probs, "probabilities")
+        _check_numeric(frame, cols, t.scores)
+        where = f"The scores file {t.scores!r} column 'label'"
+        y = _integers(frame["label"], f"{where} must hold class numbers 0, 1, ...")
         values = np.asarray(frame[cols], dtype=np.float64)
         if y.min() < 0 or y.max() >= len(cols):
             raise DataError(f"The scores file's labels must lie in 0..{len(cols) - 1}.")
@@ -549,9 +639,31 @@ def read_scores(config: ByoSpec) -> tuple[np.ndarray, np.ndarray, str]:
     if not np.all(np.isfinite(losses)):
         raise DataError(f"The scores file {t.scores!r} has {int((~np.isfinite(losses)).sum())} "
                         "non-finite losses.")  # fmt: skip
-    if not membership.any() or membership.all():
-        raise DataError("The scores file needs both members and non-members.")
     return losses, membership, source
+
+
+def _check_numeric(frame: pd.DataFrame, columns: list[Any], scores: str) -> None:
+    for col in columns:
+        series = frame[col]
+        if not pd.api.types.is_numeric_dtype(series):
+            text = series[pd.to_numeric(series, errors="coerce").isna()]
+            example = f" (e.g. {text.iloc[0]!r})" if len(text) else ""
+            raise DataError(
+                f"The scores file {scores!r} column {col!r} must hold numbers; it holds "
+                f"text{example}."
+            )
+
+
+def _integers(series: pd.Series, must: str) -> np.ndarray:
+    """A column of whole numbers (``3`` or ``3.0``) as int64, else ``must`` and an example."""
+    values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values) | (np.mod(values, 1.0) != 0)
+    if bad.any():
+        value = series.iloc[int(np.argmax(bad))]
+        raise DataError(
+            f"{must}. Got {value.item() if isinstance(value, np.generic) else value!r}."
+        )
+    return values.astype(np.int64)
 
 
 def _class_index(name: Any) -> int:

@@ -149,8 +149,42 @@ def test_csv_with_categorical_and_label(tmp_path) -> None:
     np.testing.assert_array_equal(ds.y, [1, 0] * 10)  # classes sorted: "no" = 0, "yes" = 1
     assert ds.class_names == ("no", "yes")
     assert ds.sensitive.values == ("blue", "green", "red")
-    binarised = load_dataset(f"csv:{tmp_path / 't.csv'}", label="size>9.5")
+    # A text column is a feature only when named (here in 'features').
+    binarised = load_dataset(f"csv:{tmp_path / 't.csv'}", label="size>9.5", features=["colour"])
     np.testing.assert_array_equal(binarised.y, (np.arange(20) > 9.5).astype(int))
+    assert binarised.feature_names == ("colour=blue", "colour=green", "colour=red")
+
+
+def test_csv_text_column_not_named_is_refused(tmp_path) -> None:
+    frame = pd.DataFrame({"age": ["31", "?", "40"] * 3, "size": np.arange(9.0), "y": [0, 1, 1] * 3})
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    with pytest.raises(DataError, match=r"column 'age' of 'csv:t\.csv' holds text \(e\.g\. '\?'\)"):
+        load_dataset("csv:t.csv", label="y", base_dir=tmp_path)
+    ds = load_dataset("csv:t.csv", label="y", features=["age", "size"], base_dir=tmp_path)
+    assert ds.feature_names == ("age=31", "age=40", "age=?", "size")
+    assert load_dataset(
+        "csv:t.csv", label="y", exclude=["age"], base_dir=tmp_path
+    ).feature_names == ("size",)
+
+
+def test_unreadable_tables_say_what_is_wrong(tmp_path) -> None:
+    (tmp_path / "dir.csv").mkdir()
+    with pytest.raises(DataError, match=r"data file '.*dir\.csv' is a folder"):
+        load_dataset("csv:dir.csv", label="y", base_dir=tmp_path)
+    (tmp_path / "head.csv").write_text("a,y\n")
+    with pytest.raises(DataError, match=r"'.*head\.csv' has a header but no rows"):
+        load_dataset("csv:head.csv", label="y", base_dir=tmp_path)
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(DataError, match=r"'.*empty\.csv' is empty"):
+        load_dataset("csv:empty.csv", label="y", base_dir=tmp_path)
+    (tmp_path / "ragged.csv").write_text("a,y\n1,0\n1,2,3\n")
+    with pytest.raises(
+        DataError, match=r"as CSV: Error tokenizing data\. C error: Expected 2 fields"
+    ):
+        load_dataset("csv:ragged.csv", label="y", base_dir=tmp_path)
+    (tmp_path / "u16.csv").write_text("a,y\n1,0\n", encoding="utf-16")
+    with pytest.raises(DataError, match=r"not UTF-8 text \(byte 0xff at position 0\)"):
+        load_dataset("csv:u16.csv", label="y", base_dir=tmp_path)
 
 
 def test_csv_missing_values_are_an_error(tmp_path) -> None:
@@ -191,6 +225,11 @@ def test_parquet_round_trip(tmp_path) -> None:
     pytest.importorskip("pyarrow")
     frame = pd.DataFrame({"a": [0.5, 1.5, 2.5, 3.5], "c": ["x", "y", "x", "y"], "y": [0, 1, 0, 1]})
     frame.to_parquet(tmp_path / "t.parquet")
-    ds = load_dataset("parquet:t.parquet", label="y", base_dir=tmp_path)
+    ds = load_dataset("parquet:t.parquet", label="y", features=["a", "c"], base_dir=tmp_path)
     assert ds.feature_names == ("a", "c=x", "c=y")
     np.testing.assert_array_equal(ds.y, [0, 1, 0, 1])
+    # A truncated file is named, with what to do.
+    data = (tmp_path / "t.parquet").read_bytes()
+    (tmp_path / "cut.parquet").write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataError, match=r"'.*cut\.parquet' is not a readable Parquet file"):
+        load_dataset("parquet:cut.parquet", label="y", base_dir=tmp_path)
