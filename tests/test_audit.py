@@ -254,3 +254,35 @@ def test_too_few_trials_is_a_clear_error(tmp_path: Path) -> None:
     )
     with pytest.raises(InsufficientTrialsError, match="needed even for a perfect attack"):
         run_audit(_write(tmp_path, text), output_dir=tmp_path / "run")
+
+
+DPSGD_CSV = """
+[audit]
+name = "csv"
+kinds = ["dpsgd"]
+[dpsgd]
+dataset = "csv:data.csv"
+label = "y"
+trainer = "dpgd"
+trials = 20
+[dpsgd.training]
+epochs = 2
+[dpsgd.training.dp]
+noise_multiplier = 1.0
+"""
+
+
+def test_a_changed_data_file_never_reuses_units(tmp_path: Path) -> None:
+    # The unit key covers the bytes of a csv/parquet dataset, not only its name.
+    rng = np.random.default_rng(0)
+    rows = ["a,b,y"] + [f"{a:.3f},{b:.3f},{int(a > 0)}" for a, b in rng.normal(size=(40, 2))]
+    (tmp_path / "data.csv").write_text("\n".join(rows) + "\n")
+    audit = _write(tmp_path, DPSGD_CSV)
+    run_dir = tmp_path / "run"
+    first = run_audit(audit, output_dir=run_dir, write=False)
+    same = run_audit(audit, output_dir=run_dir, write=False)
+    (tmp_path / "data.csv").write_text("\n".join([rows[0], *rows[2:]]) + "\n")  # one row less
+    changed = run_audit(audit, output_dir=run_dir, write=False)
+    assert _units(same, "dpsgd")["reused"] == _units(first, "dpsgd")["total"]
+    assert _units(changed, "dpsgd")["reused"] == 0
+    assert changed.provenance["units"]["dpsgd"]["key"] != first.provenance["units"]["dpsgd"]["key"]

@@ -7,10 +7,12 @@ kind's units can train it on their own and still attack the very same model.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dpaudit.kinds.base import dataset_digest
 from dpaudit.sections import DataSection, ModelSection, Table, TargetSection, TrainingSection
 
 if TYPE_CHECKING:
@@ -103,5 +105,9 @@ def stored_record(part: Mapping[str, np.ndarray]) -> DPSGDRecord | None:
 
 
 def key_data(spec: TargetSpec, **extra: Any) -> dict[str, Any]:
-    """What names the units: the recipe, not the device or the folder."""
-    return {**spec.model_dump(mode="json", exclude={"base_dir", "device"}), **extra}
+    """What names the units: the recipe and the data file's bytes, not the device or folder."""
+    return {
+        **spec.model_dump(mode="json", exclude={"base_dir", "device"}),
+        "data_file": dataset_digest(spec.data.dataset, Path(spec.base_dir)),
+        **extra,
+    }

@@ -40,6 +40,8 @@ from dpaudit.kinds.base import (
     Outputs,
     RunContext,
     UnitPlan,
+    dataset_digest,
+    plugin_digest,
     stream_seed,
     unit_index,
 )
@@ -569,7 +571,13 @@ class DpsgdKind(AuditKind[DpsgdSection]):
             fn=dpsgd_unit,
             spec=spec,
             units=_unit_names(spec),
-            key_data=spec.model_dump(mode="json", exclude={"base_dir"}),
+            key_data={
+                **spec.model_dump(mode="json", exclude={"base_dir"}),
+                "data_file": dataset_digest(section.dataset, context.base_dir),
+                "trainer_file": plugin_digest(section.trainer, context)
+                if ":" in section.trainer
+                else None,
+            },
             description="training canary models",
         )
 
