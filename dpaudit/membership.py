@@ -239,11 +239,12 @@ def prepare_target(
 
 
 def _accountant_epsilon(record: DPSGDRecord | None, delta: float) -> float | None:
+    """The accountant's ε at δ for what the target ran (the one place: upper_bounds)."""
     if record is None:
         return None
-    from dpaudit import accounting
+    from dpaudit.upper_bounds import from_records
 
-    return float(accounting.epsilon(record, delta=delta))
+    return from_records([record], delta, with_mu=False).epsilon
 
 
 # ------------------------------------------------------------------------- membership
