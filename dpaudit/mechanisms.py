@@ -1,9 +1,13 @@
-"""DP mechanisms to audit: Laplace, Gaussian, randomized response, and user callables.
+"""DP mechanisms to audit: Laplace, Gaussian, randomized response, local randomisers,
+and user callables.
 
 A mechanism here is run on one of two neighbouring inputs, D (H0) or D' (H1), many times;
-its outputs are the audit's scores, oriented so that larger means "D'". The built-ins
-answer a scalar query with f(D) = 0 and f(D') = Δ (the sensitivity), the worst case for
-a sensitivity-Δ query.
+its outputs are the audit's scores, oriented so that larger means "D'". The scalar
+built-ins answer a query with f(D) = 0 and f(D') = Δ (the sensitivity), the worst case
+for a sensitivity-Δ query, and their output is the score. Given query values (vectors
+f(D), f(D')), Laplace and Gaussian run in d dimensions; they, and the local randomisers
+(k-ary randomized response, unary encoding, Laplace or Gaussian perturbation of one
+record), are scored by the exact log-likelihood ratio of their output.
 
 User mechanisms are given as ``"pkg.module:function"`` with the protocol
 
@@ -17,13 +21,14 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from dpaudit.errors import ConfigError, DpauditError
+from dpaudit.errors import ConfigError, DpauditError, check_choice
+from dpaudit.theory import gaussian_sigma, gdp_mu
 
 MechanismFn = Callable[..., Any]
 
@@ -98,6 +103,244 @@ def randomized_response(*, p: float) -> Mechanism:
     return Mechanism("randomized-response", sample, {"p": p})
 
 
+# --------------------------------------------------------------------------------------
+# Local randomisers (one record in, one report out) and vector mechanisms.
+#
+# Their outputs are categorical or vectors, so each is scored by the exact log-likelihood
+# ratio log p_{D'}(y) / p_D(y) of its output y: a scalar, larger means "D'", and by
+# Neyman–Pearson the most powerful score there is (every threshold on it is a likelihood-
+# ratio test). The audit's bounds then see the mechanism at its worst.
+# --------------------------------------------------------------------------------------
+
+
+def _check_values(values: tuple[int, int], k: int) -> tuple[int, int]:
+    v0, v1 = int(values[0]), int(values[1])
+    if v0 == v1 or not (0 <= v0 < k and 0 <= v1 < k):
+        raise DpauditError(
+            f"The 'values' parameter must be two different categories in 0..{k - 1}. "
+            f"Got {tuple(values)!r} instead."
+        )
+    return v0, v1
+
+
+def k_rr_probabilities(*, k: int, epsilon: float) -> tuple[float, float]:
+    """(p, q) of k-ary randomized response: report the truth with p = e^ε/(e^ε + k − 1),
+    each of the k − 1 other categories with q = 1/(e^ε + k − 1).
+
+    p/q = e^ε, so it is ε-LDP, and no smaller ε holds (the two reports "D's value" and
+    "D''s value" have likelihood ratio exactly e^{±ε}).
+
+    References:
+        Kairouz, Oh, Viswanath 2016, "Discrete distribution estimation under local
+        privacy" (ICML), Sec. 2 (k-RR); Warner 1965 for k = 2.
+    """
+    # e^ε/(e^ε + k − 1) = 1/(1 + (k − 1)e^{−ε}), stable for large ε
+    q = math.exp(-epsilon) / (1.0 + (k - 1) * math.exp(-epsilon))
+    return 1.0 / (1.0 + (k - 1) * math.exp(-epsilon)), q
+
+
+def k_randomized_response(*, k: int, epsilon: float, values: tuple[int, int] = (0, 1)) -> Mechanism:
+    """k-ary randomized response of one categorical record; its value is ``values[0]``
+    on D and ``values[1]`` on D'.
+
+    Scored by the log-likelihood ratio of the report: ε if it names D''s value, −ε if it
+    names D's, 0 otherwise (:func:`k_rr_probabilities`).
+    """
+    v0, v1 = _check_values(values, k)
+    p, _ = k_rr_probabilities(k=k, epsilon=epsilon)
+    llr = np.zeros(k)
+    llr[v1], llr[v0] = epsilon, -epsilon
+
+    def sample(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
+        truth = (v0, v1)[neighbour]
+        truthful = rng.random(size) < p
+        # uniform over the k − 1 other categories: draw from 0..k−2, skip the truth
+        other = rng.integers(0, k - 1, size)
+        other = other + (other >= truth)
+        report = np.where(truthful, truth, other)
+        return llr[report]
+
+    return Mechanism("k-rr", sample, {"k": k, "epsilon": epsilon, "values": [v0, v1]})
+
+
+def unary_encoding_probabilities(*, epsilon: float, variant: str) -> tuple[float, float]:
+    """(p, q) of unary encoding: each bit of the one-hot encoding is reported as 1 with
+    probability p if it is the record's bit, q otherwise.
+
+    ``"optimised"`` (OUE): p = 1/2, q = 1/(e^ε + 1); ``"symmetric"`` (SUE, basic
+    one-time RAPPOR): p = e^{ε/2}/(e^{ε/2} + 1), q = 1 − p. Both have
+    p(1 − q)/(q(1 − p)) = e^ε, hence ε-LDP (two bits differ between any two records).
+
+    References:
+        Wang, Blocki, Li, Jha 2017, "Locally Differentially Private Protocols for
+        Frequency Estimation" (USENIX Security), Sec. 4.3 (SUE, OUE; Thm. 2 for ε-LDP);
+        Erlingsson, Pihur, Korolova 2014 (RAPPOR).
+    """
+    check_choice("variant", variant, UNARY_VARIANTS)
+    if variant == "optimised":
+        return 0.5, 1.0 / (math.exp(epsilon) + 1.0)
+    p = 1.0 / (1.0 + math.exp(-epsilon / 2.0))
+    return p, 1.0 - p
+
+
+UNARY_VARIANTS = ("optimised", "symmetric")
+
+# Rows of bits sampled at once: bounds a unit's memory to ~16 MB whatever k is.
+_BITS_PER_BLOCK = 1 << 24
+
+
+def unary_encoding(
+    *, k: int, epsilon: float, variant: str = "optimised", values: tuple[int, int] = (0, 1)
+) -> Mechanism:
+    """Unary encoding (RAPPOR-style bits) of one categorical record: all k bits are
+    sampled, then scored by the exact log-likelihood ratio of the report.
+
+    Only the bits of D's and D''s values differ in law between the two inputs, so the
+    ratio is  b₁·log(p/q) + (1 − b₁)·log((1 − p)/(1 − q)) − [the same for b₀],  b₁ the
+    bit of D''s value and b₀ of D's; its largest value is ε (b₁ = 1, b₀ = 0).
+    """
+    v0, v1 = _check_values(values, k)
+    p, q = unary_encoding_probabilities(epsilon=epsilon, variant=variant)
+    one = math.log(p) - math.log(q)
+    zero = math.log1p(-p) - math.log1p(-q)
+
+    def sample(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
+        truth = (v0, v1)[neighbour]
+        out = np.empty(size)
+        rows = max(1, _BITS_PER_BLOCK // k)
+        for start in range(0, size, rows):
+            n = min(rows, size - start)
+            prob = np.full(k, q)
+            prob[truth] = p
+            bits = rng.random((n, k)) < prob  # the whole report, as the randomiser sends it
+            b1, b0 = bits[:, v1], bits[:, v0]
+            out[start : start + n] = np.where(b1, one, zero) - np.where(b0, one, zero)
+        return out
+
+    params = {"k": k, "epsilon": epsilon, "variant": variant, "values": [v0, v1], "p": p, "q": q}
+    return Mechanism("unary-encoding", sample, params)
+
+
+def _query_pair(query: tuple[Any, Any]) -> tuple[np.ndarray, np.ndarray]:
+    a = np.asarray(query[0], dtype=float).reshape(-1)
+    b = np.asarray(query[1], dtype=float).reshape(-1)
+    if a.size == 0 or a.shape != b.shape or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        raise DpauditError(
+            "The 'query' parameter must be two finite vectors of the same non-zero length "
+            f"(f(D) and f(D')). Got lengths {a.size} and {b.size} instead."
+        )
+    return a, b
+
+
+def vector_laplace(
+    *, query: tuple[Any, Any], sensitivity: float, scale: float, name: str = "laplace"
+) -> Mechanism:
+    """Laplace mechanism in d dimensions: f(D) + Lap(scale)^d, ℓ1-sensitivity Δ.
+
+    (Δ/scale)-DP (Dwork, McSherry, Nissim, Smith 2006, Prop. 1). Scored by the exact
+    log-likelihood ratio (‖y − f(D)‖₁ − ‖y − f(D')‖₁)/scale ∈ [−ε, ε] for
+    ‖f(D) − f(D')‖₁ ≤ Δ.
+    """
+    a, b = _query_pair(query)
+
+    def sample(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
+        y = (a, b)[neighbour] + rng.laplace(0.0, scale, (size, a.size))
+        return laplace_llr(y, a, b, scale)
+
+    params = {
+        "sensitivity": sensitivity,
+        "scale": scale,
+        "dimension": int(a.size),
+        "query": [a.tolist(), b.tolist()],
+        "distance": float(np.abs(a - b).sum()),
+        "norm": "l1",
+    }
+    return Mechanism(name, sample, params)
+
+
+def laplace_llr(y: np.ndarray, a: np.ndarray, b: np.ndarray, scale: float) -> np.ndarray:
+    """log p_b(y)/p_a(y) of Laplace noise, rows of ``y``; exact on the likelihood
+    ratio's atoms.
+
+    Outside [min(a_i, b_i), max(a_i, b_i)] a coordinate contributes the constant
+    ±(b_i − a_i)/scale, which carries half or more of the probability. It is set as that
+    constant, not computed as |y − a| − |y − b|: in floating point the latter's last bits
+    differ between y = a + L and y = b + L (b + L is rounded on a coarser grid), and a
+    threshold placed between those rounding errors would measure the floating-point
+    artefact (Mironov 2012, "On significance of the least significant bits for
+    differential privacy") instead of the mechanism the claim is about.
+    """
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    inner = np.abs(y - a) - np.abs(y - b)
+    per = np.where(y >= hi, b - a, np.where(y <= lo, a - b, inner))
+    return per.sum(axis=1) / scale
+
+
+def vector_gaussian(
+    *,
+    query: tuple[Any, Any],
+    sensitivity: float,
+    sigma: float,
+    name: str = "gaussian",
+    calibration: Mapping[str, Any] | None = None,
+) -> Mechanism:
+    """Gaussian mechanism in d dimensions: f(D) + N(0, σ²I), ℓ2-sensitivity Δ.
+
+    (Δ/σ)-GDP (Dong, Roth, Su 2019, Thm. 2.7). Scored by the exact log-likelihood ratio
+    (‖y − f(D)‖² − ‖y − f(D')‖²)/(2σ²), which is N(∓m²/2, m²) with m = ‖f(D) − f(D')‖₂/σ.
+    """
+    a, b = _query_pair(query)
+    mid = (a + b) / 2.0
+
+    def sample(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
+        y = (a, b)[neighbour] + rng.normal(0.0, sigma, (size, a.size))
+        # (‖y − a‖² − ‖y − b‖²)/(2σ²) = (b − a)·(y − (a + b)/2)/σ²: no atoms, no cancellation
+        return ((y - mid) @ (b - a)) / sigma**2
+
+    params: dict[str, Any] = {
+        "sensitivity": sensitivity,
+        "sigma": sigma,
+        "dimension": int(a.size),
+        "query": [a.tolist(), b.tolist()],
+        "distance": float(np.sqrt(((a - b) ** 2).sum())),
+        "norm": "l2",
+    }
+    if calibration is not None:
+        params["calibration"] = dict(calibration)
+    return Mechanism(name, sample, params)
+
+
+def gaussian_calibrated(
+    *, sensitivity: float, epsilon: float, delta: float, calibration: str
+) -> tuple[float, dict[str, Any]]:
+    """σ of a Gaussian mechanism calibrated to (ε, δ)-DP, and how it was calibrated.
+
+    ``"classic"``: σ = Δ√(2 ln(1.25/δ))/ε (Dwork, Roth 2014, Thm. A.1), valid only for
+    ε < 1. ``"exact"``: the analytic Gaussian mechanism, the smallest σ whose exact
+    profile meets δ at ε (Balle, Wang 2018, "Improving the Gaussian Mechanism for
+    Differential Privacy", Thm. 8): N(0, σ²) with sensitivity Δ is (Δ/σ)-GDP, whose
+    profile is δ_μ(ε) (Dong, Roth, Su 2019, Cor. 2.13), increasing in μ, so
+    σ = Δ/μ with μ solving δ_μ(ε) = δ.
+    """
+    check_choice("calibration", calibration, GAUSSIAN_CALIBRATIONS)
+    if calibration == "classic":
+        if not epsilon < 1.0:
+            raise DpauditError(
+                "calibration = 'classic' (σ = Δ√(2 ln(1.25/δ))/ε) is only valid for "
+                f"epsilon < 1 (Dwork, Roth 2014, Thm. A.1). Got epsilon = {epsilon!r}; use "
+                "calibration = 'exact' (the analytic Gaussian mechanism) instead."
+            )
+        sigma = gaussian_sigma(sensitivity, epsilon, delta)
+    else:
+        # gdp_mu's root is accurate to ~1e-14 relative; shrinking μ by 1e-12 makes σ err
+        # on the large (private) side, so δ_{Δ/σ}(ε) ≤ δ holds in floating point too.
+        sigma = sensitivity / (gdp_mu(epsilon, delta) * (1.0 - 1e-12))
+    return sigma, {"method": calibration, "epsilon": epsilon, "delta": delta}
+
+
+GAUSSIAN_CALIBRATIONS = ("classic", "exact")
+
+
 def load_callable(spec: str, *, what: str = "mechanism") -> MechanismFn:
     """Import ``"pkg.module:function"``; a bad spec is a one-line :class:`ConfigError`."""
     if not isinstance(spec, str) or spec.count(":") != 1:
@@ -131,10 +374,12 @@ def user_mechanism(spec: str, *, data: tuple[Any, Any]) -> Mechanism:
 
 def theoretical_claim(name: str, parameters: dict[str, Any]) -> Claim:
     """What a built-in mechanism provably guarantees with the parameters it runs with."""
-    if name == "laplace":
+    if name in ("laplace", "local-laplace"):
         return Claim(epsilon=parameters["sensitivity"] / parameters["scale"])
-    if name == "gaussian":
+    if name in ("gaussian", "local-gaussian"):
         return Claim(mu=parameters["sensitivity"] / parameters["sigma"])
+    if name in ("k-rr", "unary-encoding"):
+        return Claim(epsilon=parameters["epsilon"])
     if name == "randomized-response":
         p = parameters["p"]
         return Claim(epsilon=math.log(max(p, 1 - p) / min(p, 1 - p)) if 0 < p < 1 else math.inf)

@@ -27,12 +27,15 @@ from dpaudit.errors import DpauditError, check_in_interval
 __all__ = [
     "MuBracket",
     "compose_zcdp",
+    "discrete_profile",
     "gaussian_sigma",
     "gaussian_zcdp",
     "gdp_bracket",
+    "gdp_bracket_from_grid",
     "gdp_delta",
     "gdp_epsilon",
     "gdp_mu",
+    "k_rr_profile",
     "laplace_profile",
     "laplace_scale",
     "mu_from_pure_dp",
@@ -378,6 +381,65 @@ def pure_dp_profile(eps: ArrayLike, *, epsilon: float) -> float | NDArray[np.flo
     return _as_output(np.maximum(out, 0.0))
 
 
+def k_rr_profile(eps: ArrayLike, *, k: int, epsilon: float) -> float | NDArray[np.float64]:
+    """Exact privacy profile of k-ary randomized response with privacy ε.
+
+    δ(ε') = max(0, e^ε − e^{ε'}) / (e^ε + k − 1): of the sum Σ_y (P'(y) − e^{ε'}P(y))₊
+    over reports y, only the report naming D''s value is positive for ε' ≥ 0. For k = 2
+    this is :func:`pure_dp_profile`; for k > 2 it is smaller (k-RR is not the worst
+    ε-DP mechanism).
+
+    References:
+        Kairouz, Oh, Viswanath 2016 (ICML), Sec. 2 (k-RR); Balle, Barthe, Gaboardi 2018,
+        Sec. 3 (δ(ε') as a hockey-stick divergence).
+    """
+    epsilon = check_in_interval("epsilon", epsilon, 0.0, math.inf, high_open=True)
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 2:
+        raise DpauditError(f"The 'k' parameter must be an integer >= 2. Got {k!r} instead.")
+    e = _epsilon_array(eps, "eps")
+    # (e^ε − e^{ε'})/(e^ε + k − 1) = (1 − e^{ε'−ε}) / (1 + (k − 1)e^{−ε}), no overflow
+    out = -np.expm1(np.minimum(e - epsilon, 0.0)) / (1.0 + (int(k) - 1) * math.exp(-epsilon))
+    return _as_output(np.maximum(out, 0.0))
+
+
+def discrete_profile(eps: ArrayLike, *, p: ArrayLike, q: ArrayLike) -> float | NDArray[np.float64]:
+    """Exact privacy profile of a mechanism with finitely many outputs, both directions.
+
+    δ(ε') = max( Σ_y (q_y − e^{ε'} p_y)₊, Σ_y (p_y − e^{ε'} q_y)₊ ): the hockey-stick
+    divergences of the output laws p (on D) and q (on D') in both orders, so that the
+    profile holds for the pair as neighbours either way round.
+
+    Args:
+        eps: ε' ≥ 0 (vectorised).
+        p: output probabilities on D (non-negative, summing to 1).
+        q: output probabilities on D', same length.
+
+    References:
+        Balle, Barthe, Gaboardi 2018, "Privacy amplification by subsampling", Thm. 1
+        (δ(ε) of (ε, δ)-DP is the hockey-stick divergence); Dong, Roth, Su 2019,
+        Prop. 2.12.
+    """
+    e = _epsilon_array(eps, "eps")
+    pa = np.asarray(p, dtype=float).ravel()
+    qa = np.asarray(q, dtype=float).ravel()
+    if (
+        pa.shape != qa.shape
+        or pa.size == 0
+        or np.any(~np.isfinite(pa) | (pa < 0))
+        or np.any(~np.isfinite(qa) | (qa < 0))
+        or not (
+            math.isclose(pa.sum(), 1.0, abs_tol=1e-9) and math.isclose(qa.sum(), 1.0, abs_tol=1e-9)
+        )
+    ):
+        raise DpauditError(
+            "The 'p' and 'q' parameters must be probability vectors of the same length."
+        )
+    w = np.exp(np.minimum(e.ravel(), 700.0))[:, None]
+    fwd = np.maximum(qa[None, :] - w * pa[None, :], 0.0).sum(axis=1)
+    bwd = np.maximum(pa[None, :] - w * qa[None, :], 0.0).sum(axis=1)
+    return _as_output(np.clip(np.maximum(fwd, bwd), 0.0, 1.0).reshape(e.shape))
+
+
 def gaussian_sigma(sensitivity: float, epsilon: float, delta: float) -> float:
     """Classic Gaussian-mechanism σ = Δ·√(2 ln(1.25/δ))/ε for (ε, δ)-DP.
 
@@ -718,6 +780,54 @@ def gdp_bracket(
         margin=high - low,
         epsilon_max=float(epsilon_max),
         tail_delta=float(deltas[-1]) + 0.0,  # + 0.0 turns -0.0 into 0.0
+        grid=tuple(float(x) for x in grid),
+        mu_values=tuple(float(x) for x in mus),
+    )
+
+
+def gdp_bracket_from_grid(epsilons: ArrayLike, deltas: ArrayLike) -> MuBracket:
+    """GDP measurement of a privacy profile known only on a grid.
+
+    The same bracket as :func:`gdp_bracket`, with no refinement possible: ``low`` is the
+    largest μ_A(ε_i) on the grid; on each cell [ε_i, ε_{i+1}] monotonicity gives
+    δ_A(ε) ≤ δ_i and δ_μ(ε) ≥ δ_μ(ε_{i+1}), so μ(ε_{i+1}, δ_i) dominates the cell;
+    ``high`` is the largest of these. Beyond the last point δ_A ≤ ``tail_delta`` = δ_K.
+
+    Args:
+        epsilons: the grid, strictly increasing from ε = 0 (two points at least).
+        deltas: δ_A on the grid, in [0, 1], non-increasing.
+
+    References:
+        Liu, Sun, Jiang, Kong 2022 (NeurIPS), Sec. 4 (GDP measurement on a grid).
+    """
+    grid = _epsilon_array(epsilons, "epsilons").ravel()
+    d = np.asarray(deltas, dtype=float).ravel()
+    if grid.size < 2 or d.shape != grid.shape or not np.all(np.isfinite(grid)):
+        raise DpauditError(
+            "The 'epsilons' and 'deltas' parameters must be finite, of equal length, with at "
+            f"least two points. Got {grid.size} and {d.size} instead."
+        )
+    if grid[0] != 0.0 or np.any(np.diff(grid) <= 0):
+        # the cells must cover [0, ε_max]: below ε_0 nothing bounds δ_A but 1
+        raise DpauditError(
+            "The 'epsilons' grid must start at 0 and be strictly increasing. "
+            f"Got {grid[:3].tolist()}... instead."
+        )
+    if np.any(np.isnan(d)) or np.any((d < 0) | (d > 1)):
+        raise DpauditError("The privacy profile must take values in [0, 1], never NaN.")
+    if np.any(np.diff(d) > 1e-12 + 1e-9 * d[1:]):
+        raise DpauditError("The privacy profile must be non-increasing in epsilon.")
+    mus = _gdp_mu_vec(grid, d, upper=False)
+    cell_high = _gdp_mu_vec(grid[1:], d[:-1], upper=True)
+    low = float(mus.max())
+    high = float(max(cell_high.max(), low))
+    return MuBracket(
+        low=low,
+        high=high,
+        tail_mu=float(mus[-1]),
+        margin=high - low,
+        epsilon_max=float(grid[-1]),
+        tail_delta=float(d[-1]) + 0.0,
         grid=tuple(float(x) for x in grid),
         mu_values=tuple(float(x) for x in mus),
     )

@@ -1,0 +1,156 @@
+"""GDP identification (Liu, Sun, Jiang, Kong 2022) and the exact profiles it reads."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dpaudit.errors import DpauditError
+from dpaudit.identification import (
+    identify_bracket,
+    identify_grid,
+    identify_mechanism,
+    identify_profile,
+    mechanism_profile,
+)
+from dpaudit.mechanisms import k_rr_probabilities, unary_encoding_probabilities
+from dpaudit.theory import (
+    discrete_profile,
+    gdp_bracket_from_grid,
+    gdp_delta,
+    gdp_mu,
+    k_rr_profile,
+    laplace_profile,
+    mu_from_pure_dp,
+    pure_dp_profile,
+)
+
+
+# ------------------------------------------------------------------ exact profiles
+def test_k_rr_profile_matches_the_hockey_stick_of_its_output_laws() -> None:
+    k, eps = 5, 1.2
+    p, q = k_rr_probabilities(k=k, epsilon=eps)
+    on_d = np.array([p] + [q] * (k - 1))
+    on_d1 = np.array([q, p] + [q] * (k - 2))
+    grid = np.linspace(0.0, 2.0, 41)
+    np.testing.assert_allclose(
+        k_rr_profile(grid, k=k, epsilon=eps), discrete_profile(grid, p=on_d, q=on_d1), atol=1e-15
+    )
+    # k = 2 is binary randomized response: the pure ε-DP profile
+    np.testing.assert_allclose(
+        k_rr_profile(grid, k=2, epsilon=eps), pure_dp_profile(grid, epsilon=eps), atol=1e-15
+    )
+    assert k_rr_profile(eps, k=k, epsilon=eps) == 0.0
+
+
+def test_discrete_profile_edge_cases_and_errors() -> None:
+    assert discrete_profile(0.0, p=[0.5, 0.5], q=[0.5, 0.5]) == 0.0
+    assert discrete_profile(3.0, p=[1.0, 0.0], q=[0.0, 1.0]) == 1.0  # disjoint supports
+    with pytest.raises(DpauditError, match="probability vectors"):
+        discrete_profile(0.0, p=[0.5, 0.6], q=[0.5, 0.5])
+
+
+def test_grid_bracket_contains_the_callable_bracket_and_needs_zero() -> None:
+    grid = np.linspace(0.0, 1.0, 201)
+    b = gdp_bracket_from_grid(grid, laplace_profile(grid, epsilon=1.0))
+    mu_star = gdp_mu(0.0, float(laplace_profile(0.0, epsilon=1.0)))
+    assert b.low <= mu_star <= b.high
+    assert b.tail_delta == 0.0
+    with pytest.raises(DpauditError, match="start at 0"):
+        gdp_bracket_from_grid(grid[1:], laplace_profile(grid[1:], epsilon=1.0))
+    with pytest.raises(DpauditError, match="non-increasing"):
+        gdp_bracket_from_grid([0.0, 1.0], [0.1, 0.2])
+
+
+# ------------------------------------------------------------------ identification
+@pytest.mark.parametrize(("sensitivity", "sigma"), [(1.0, 1.0), (1.0, 0.5), (2.0, 5.0)])
+def test_gaussian_is_exactly_gdp_with_its_mu(sensitivity: float, sigma: float) -> None:
+    r = identify_mechanism("gaussian", {"sensitivity": sensitivity, "sigma": sigma})
+    mu = sensitivity / sigma
+    assert r.exact
+    assert r.mu == pytest.approx(mu, rel=1e-9)
+    assert r.bracket.low <= mu * (1 + 1e-12)
+    assert mu <= r.bracket.high
+    assert r.spread < 1e-9
+    assert not r.complete  # the Gaussian profile never reaches 0
+    assert "exactly" in r.summary
+
+
+def test_laplace_is_gdp_but_not_exactly_with_its_bracket() -> None:
+    r = identify_mechanism("laplace", {"epsilon": 1.0})
+    assert not r.exact
+    assert r.complete  # δ(ε') = 0 for ε' ≥ ε: the bracket covers every ε (tail condition)
+    # independent check: μ_A on a fine grid by the scalar root finder; for ε = 1 its
+    # maximum is at ε' = 0, μ* = 2√2·erfinv(1 − e^{−1/2}) = 1.03006...
+    grid = np.linspace(0.0, 1.0, 2001)
+    mu_a = [gdp_mu(e, float(laplace_profile(e, epsilon=1.0))) for e in grid[:-1]]
+    mu_star = max(mu_a)
+    assert r.bracket.low <= mu_star <= r.bracket.high
+    assert mu_star == pytest.approx(1.030063997624434, rel=1e-9)
+    assert r.bracket.relative_margin < 1e-3
+    # ε-DP ⇒ μ-GDP with μ = −2Φ⁻¹(1/(1 + e^ε)) (Liu et al. §5): Laplace is strictly better
+    assert r.mu < mu_from_pure_dp(1.0)
+    assert "not exactly GDP" in r.summary
+
+
+@pytest.mark.parametrize("p", [0.75, 0.6, 0.9])
+def test_randomized_response_is_gdp_at_the_pure_dp_mu(p: float) -> None:
+    r = identify_mechanism("randomized-response", {"p": p})
+    mu = mu_from_pure_dp(math.log(p / (1 - p)))  # f_{ε,0} touches G_μ at its kink
+    assert not r.exact
+    assert r.complete
+    # μ_A(0) attains μ* for RR: low equals it up to the last bit of two formulas
+    assert r.bracket.low <= mu * (1 + 1e-12)
+    assert mu <= r.bracket.high
+
+
+def test_k_rr_and_unary_encoding_are_gdp_below_the_pure_dp_mu() -> None:
+    kr = identify_mechanism("k-rr", {"k": 4, "epsilon": 1.0})
+    p, q = unary_encoding_probabilities(epsilon=1.0, variant="optimised")
+    ue = identify_mechanism("unary-encoding", {"p": p, "q": q})
+    for r in (kr, ue):
+        assert not r.exact
+        assert 0.0 < r.bracket.low <= r.bracket.high < mu_from_pure_dp(1.0)
+
+
+def test_identify_from_a_grid_and_from_a_callable() -> None:
+    grid = np.linspace(0.0, 12.0, 3001)
+    r = identify_grid(grid, gdp_delta(grid, 1.5), exact_rtol=1e-9)
+    assert r.exact
+    assert r.mu == pytest.approx(1.5, rel=1e-9)
+    assert r.bracket.high >= 1.5
+    r2 = identify_profile(lambda e: laplace_profile(e, epsilon=0.5), source="laplace")
+    assert not r2.exact
+    assert r2.to_dict()["summary"].startswith("laplace: μ-GDP for μ ≥")
+
+
+def test_a_rising_tail_is_flagged() -> None:
+    # A profile whose μ_A grows towards the grid's end: the max of two GDP profiles,
+    # μ = 1 near 0 and μ = 2 far out, scaled down so that it is still a profile.
+    grid = np.linspace(0.0, 6.0, 601)
+    deltas = np.maximum(gdp_delta(grid, 1.0), 1e-3 * gdp_delta(grid, 2.0))
+    r = identify_grid(grid, deltas)
+    assert r.tail_rising
+    assert not r.exact
+
+
+def test_unknown_mechanism_and_missing_parameters() -> None:
+    with pytest.raises(DpauditError, match="'name' parameter must be one of"):
+        mechanism_profile("exponential", {})
+    with pytest.raises(DpauditError, match="'sigma' parameter is required"):
+        mechanism_profile("gaussian", {"sensitivity": 1.0})
+    with pytest.raises(DpauditError, match="exact_rtol"):
+        identify_bracket(gdp_bracket_from_grid([0.0, 1.0], [0.1, 0.0]), exact_rtol=2.0)
+
+
+def test_identification_imports_neither_torch_nor_dp_accounting() -> None:
+    code = (
+        "import sys, dpaudit.identification; "
+        "print('torch' in sys.modules, 'dp_accounting' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
