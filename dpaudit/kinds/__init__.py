@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dpaudit.errors import ConfigError
-from dpaudit.kinds import attribute, dpsgd, mechanism, membership
+from dpaudit.kinds import attribute, dpsgd, mechanism, membership, reconstruction
 from dpaudit.kinds.base import AuditKind
 
 _REGISTRY: dict[str, AuditKind[Any]] = {}
@@ -43,5 +43,6 @@ register_kind(mechanism.KIND)
 register_kind(membership.KIND)
 register_kind(attribute.KIND)
 register_kind(dpsgd.KIND)
+register_kind(reconstruction.KIND)
 
 __all__ = ["AuditKind", "get_kind", "kind_names", "register_kind"]
