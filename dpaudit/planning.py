@@ -45,10 +45,10 @@ __all__ = [
 
 Parameter = Literal["epsilon", "mu"]
 Threshold = Literal["split", "bonferroni", "fixed"]
-Tradeoff = Literal["laplace", "gaussian"]
+Tradeoff = Literal["laplace", "gaussian", "perfect"]
 _PARAMETERS: tuple[Parameter, ...] = ("epsilon", "mu")
 _THRESHOLDS: tuple[Threshold, ...] = ("split", "bonferroni", "fixed")
-_TRADEOFFS: tuple[Tradeoff, ...] = ("laplace", "gaussian")
+_TRADEOFFS: tuple[Tradeoff, ...] = ("laplace", "gaussian", "perfect")
 # Points of the trade-off curve searched for the ideal attack's best threshold (log-spaced
 # FPRs: the bound is made at small FPR, where a linear grid would be too coarse).
 _GRID = np.concatenate([np.logspace(-12, -1, 400), np.linspace(0.1, 0.5, 81)[1:]])
@@ -330,17 +330,20 @@ def plan_trials(
     """The fewest trials per arm for which an ideal attack reaches ``target_epsilon``.
 
     The ideal attack's rates are the mechanism's own trade-off curve: Laplace with
-    ``mechanism_epsilon`` (default: the target itself is the mechanism's ε, then the
-    target is out of reach — ask for a fraction of it) or Gaussian with ``mechanism_mu``.
-    Its expected bound (:func:`expected_bound`) grows with n; the smallest n whose
-    expected bound reaches the target is found by doubling, then bisection.
+    ``mechanism_epsilon`` or Gaussian with ``mechanism_mu`` (the audited mechanism's true
+    parameter, which must exceed the target: no attack certifies more than the mechanism
+    leaks, and its expected bound only approaches that parameter as n grows). With
+    ``tradeoff="perfect"`` the attack makes no error: the plan is then the fewest trials
+    whose limit of detection reaches the target. The expected bound
+    (:func:`expected_bound`) grows with n; the smallest n whose expected bound reaches the
+    target is found by doubling, then bisection.
 
     Args:
         target_epsilon: the bound to reach (ε, or μ when ``parameter="mu"``).
         delta: δ of the ε bound.
         confidence_level: the bound's confidence.
-        tradeoff: ``"laplace"`` (pure ε-DP, the curve of the Laplace mechanism) or
-            ``"gaussian"`` (G_μ).
+        tradeoff: ``"laplace"`` (pure ε-DP, the curve of the Laplace mechanism),
+            ``"gaussian"`` (G_μ) or ``"perfect"`` (FPR = FNR = 0).
         mechanism_epsilon: ε of the Laplace mechanism audited.
         mechanism_mu: μ of the Gaussian mechanism audited.
         parameter: ``"epsilon"`` or ``"mu"``.
@@ -355,18 +358,7 @@ def plan_trials(
     check_choice("parameter", parameter, _PARAMETERS)
     if not target_epsilon > 0:
         raise DpauditError(f"The 'target_epsilon' parameter must be > 0. Got {target_epsilon!r}.")
-    alpha = _GRID
-    if tradeoff == "laplace":
-        eps = target_epsilon if mechanism_epsilon is None else float(mechanism_epsilon)
-        if not eps > 0:
-            raise DpauditError(f"The 'mechanism_epsilon' parameter must be > 0. Got {eps!r}.")
-        beta = np.asarray(tradeoff_laplace(alpha, epsilon=eps), dtype=np.float64)
-    else:
-        if mechanism_mu is None or not mechanism_mu > 0:
-            raise DpauditError(
-                f"tradeoff='gaussian' needs 'mechanism_mu' > 0. Got {mechanism_mu!r}."
-            )
-        beta = np.asarray(tradeoff_gdp(alpha, mu=float(mechanism_mu)), dtype=np.float64)
+    alpha, beta = _ideal_rates(tradeoff, target_epsilon, mechanism_epsilon, mechanism_mu, parameter)
 
     def value(n: int) -> tuple[float, int]:
         return expected_bound(
@@ -416,17 +408,53 @@ def plan_trials(
         selection_fraction=selection_fraction,
         tradeoff=tradeoff,
         mechanism_epsilon=(
-            (target_epsilon if mechanism_epsilon is None else float(mechanism_epsilon))
-            if tradeoff == "laplace"
+            float(mechanism_epsilon)
+            if tradeoff == "laplace" and mechanism_epsilon is not None
             else None
         ),
-        mechanism_mu=float(mechanism_mu) if tradeoff == "gaussian" and mechanism_mu else None,
+        mechanism_mu=(
+            float(mechanism_mu) if tradeoff == "gaussian" and mechanism_mu is not None else None
+        ),
         fpr=float(alpha[i]),
         fnr=float(beta[i]),
     )
 
 
 # ------------------------------------------------------------------------------ helpers
+
+
+def _ideal_rates(
+    tradeoff: str,
+    target: float,
+    mechanism_epsilon: float | None,
+    mechanism_mu: float | None,
+    parameter: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ideal attack's (FPR, FNR) points on the mechanism's trade-off curve."""
+    if tradeoff == "perfect":
+        return np.zeros(1), np.zeros(1)
+    name, value = (
+        ("mechanism_epsilon", mechanism_epsilon)
+        if tradeoff == "laplace"
+        else ("mechanism_mu", mechanism_mu)
+    )
+    if value is None or isinstance(value, bool) or not float(value) > 0:
+        raise DpauditError(
+            f"tradeoff={tradeoff!r} needs {name!r}, the audited mechanism's parameter (> 0). "
+            f"Got {value!r}."
+        )
+    # The curve's own parameter caps the bound any attack on it can reach (for μ of a
+    # Gaussian, and ε of a Laplace mechanism; the other pairings are capped all the same,
+    # by the ε or μ the curve implies, which the search below runs into).
+    if (tradeoff, parameter) in (("laplace", "epsilon"), ("gaussian", "mu")) and target >= value:
+        raise DpauditError(
+            f"An ideal attack never reaches {parameter} = {target}: the {tradeoff} "
+            f"mechanism's own {parameter} is {value}. Ask for less, or give a perfect attack "
+            "(tradeoff='perfect') for the limit of detection."
+        )
+    curve = tradeoff_laplace if tradeoff == "laplace" else tradeoff_gdp
+    kwargs = {"epsilon": float(value)} if tradeoff == "laplace" else {"mu": float(value)}
+    return _GRID, np.asarray(curve(_GRID, **kwargs), dtype=np.float64)
 
 
 def _check_trials(name: str, value: Any) -> int:

@@ -120,10 +120,21 @@ def test_plan_trials_gaussian_mu() -> None:
     assert plan.mechanism_mu == 1.0
 
 
+def test_plan_trials_perfect_attack_inverts_the_limit() -> None:
+    plan = plan_trials(5.0, 1e-5, 0.95, tradeoff="perfect")
+    n = plan.trials_per_arm
+    assert multi_run_limit(n, delta=1e-5).value >= 5.0 > multi_run_limit(n - 1, delta=1e-5).value
+    assert plan.expected_value == pytest.approx(plan.limit)
+
+
 def test_plan_trials_unreachable_target() -> None:
+    with pytest.raises(DpauditError, match=r"never reaches epsilon = 2\.0"):
+        plan_trials(2.0, 1e-5, mechanism_epsilon=2.0)
     with pytest.raises(DpauditError, match="does not reach"):
-        plan_trials(2.0, 1e-5, mechanism_epsilon=2.0, max_trials=10**5)
+        plan_trials(1.99, 1e-5, mechanism_epsilon=2.0, max_trials=10**4)
     with pytest.raises(DpauditError, match="needs 'mechanism_mu'"):
         plan_trials(0.5, tradeoff="gaussian")
+    with pytest.raises(DpauditError, match="needs 'mechanism_epsilon'"):
+        plan_trials(0.5)
     with pytest.raises(DpauditError, match="'negatives' parameter must be an integer"):
         multi_run_limit(0)
