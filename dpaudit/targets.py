@@ -28,10 +28,11 @@ import contextlib
 import hashlib
 import importlib
 import json
+import logging
 import math
 import sys
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -232,6 +233,22 @@ def _unreadable(path: Path, fmt: str, exc: BaseException) -> DataError:
     )
 
 
+@contextlib.contextmanager
+def _quiet(logger: str) -> Iterator[None]:
+    """Silence a library's logger below ERROR for one call.
+
+    ``torch.export.load`` logs a failed read at WARNING with its whole traceback before it
+    raises; the error it raises is reported in one line instead, as the CLI promises.
+    """
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def _optional(module: str, extra: str) -> Any:
     try:
         return importlib.import_module(module)
@@ -382,7 +399,8 @@ def load_target(
             predict, output = _from_object(obj, output=output, description=description)
         elif fmt == "torch-export":
             try:
-                program = torch.export.load(str(path))
+                with _quiet("torch.export"):
+                    program = torch.export.load(str(path))
             # A .pt2 archive is a zip: a truncated or garbage file is not one (BadZipFile);
             # a zip of another kind (a TorchScript archive) fails to deserialize with a
             # RuntimeError, torch's only error type for it, caught around this call alone.

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 import struct
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -259,6 +261,23 @@ def test_bad_input_exits_2_with_one_line(case: str, tmp_path: Path) -> None:
     assert lines[0] == result.stderr.strip()
     assert re.search(CASES[case][1], lines[0]), (CASES[case][1], lines[0])
     assert not (out / "results.json").exists()
+
+
+def test_a_library_logger_adds_no_line_on_the_real_stderr(tmp_path: Path) -> None:
+    # torch.export.load logs a failed read, traceback and all, through torch's own log
+    # handler, which writes to the process's stderr where CliRunner does not look: run the
+    # real command once.
+    audit = _audit(tmp_path, "pt2 garbage")
+    done = subprocess.run(
+        [sys.executable, "-m", "dpaudit.cli", "run", str(audit), "-q", "-o", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1, lines
+    assert re.search(CASES["pt2 garbage"][1], lines[0])
 
 
 @pytest.mark.parametrize("case", list(CASES))
