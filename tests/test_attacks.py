@@ -509,3 +509,22 @@ def test_membership_headline_must_be_listed(tmp_path) -> None:
     )
     with pytest.raises(DpauditError, match="headline = 'rmia' is not one of the attacks"):
         load_config(path)
+
+
+def test_rmia_options_enter_the_unit_key_only_when_rmia_runs() -> None:
+    from dpaudit.kinds.membership import OwnSpec, own_key_data
+    from dpaudit.sections import DataSection, ModelSection, TrainingSection
+
+    common = {
+        "data": DataSection(dataset="statsmodels:fair", audited_size=200),
+        "model": ModelSection(kind="logistic"),
+        "training": TrainingSection(epochs=2, batch_size=32),
+        "seed": 0,
+        "base_dir": ".",
+        "reference_models": 4,
+        "shadow_models": 2,
+    }
+    plain = own_key_data(OwnSpec(attacks=("loss", "shadow", "lira"), **common))
+    assert not any(k.startswith("rmia_") for k in plain)
+    with_rmia = own_key_data(OwnSpec(attacks=("loss", "rmia"), rmia_gamma=2.0, **common))
+    assert with_rmia["rmia_gamma"] == 2.0
