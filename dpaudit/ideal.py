@@ -23,7 +23,7 @@ References:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from dpaudit.errors import DpauditError, check_choice, check_in_interval
 from dpaudit.stats import check_confidence_level, clopper_pearson_upper
 from dpaudit.tradeoff import as_scores
 
-__all__ = ["IdealBound", "ideal_lower_bound"]
+__all__ = ["IdealBound", "ideal_for_mechanism", "ideal_lower_bound"]
 
 #: Candidate thresholds scanned (quantiles of the pooled exact scores; atoms included).
 _CANDIDATES = 4096
@@ -118,4 +118,44 @@ def ideal_lower_bound(
         threshold=float(cand[i]),
         fpr=float(fpr[i]),
         fnr=float(fnr[i]),
+    )
+
+
+class _Runs(Protocol):
+    def run(self, neighbour: int, *, rng: np.random.Generator, size: int) -> np.ndarray: ...
+
+
+def ideal_for_mechanism(
+    mechanism: _Runs,
+    *,
+    trials: int,
+    draws: int = 10_000_000,
+    seed: int = 0,
+    delta: float = 0.0,
+    confidence_level: float = 0.95,
+    parameter: str = "epsilon",
+) -> IdealBound:
+    """:func:`ideal_lower_bound` for a mechanism whose outputs ARE its exact
+    log-likelihood ratio (the vector and local built-ins of :mod:`dpaudit.mechanisms`).
+
+    Args:
+        mechanism: anything with ``run(neighbour, rng=..., size=...)``.
+        trials: trials per hypothesis the oracle counts.
+        draws: simulated draws per hypothesis (in chunks of 10⁶).
+        seed: seed of the simulation.
+        delta, confidence_level, parameter: as in :func:`ideal_lower_bound`.
+    """
+    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 2:
+        raise DpauditError(f"The 'draws' parameter must be an integer >= 2. Got {draws!r}.")
+    rng = np.random.default_rng(seed)
+    chunks = [min(1_000_000, draws - i) for i in range(0, draws, 1_000_000)]
+    neg = np.concatenate([mechanism.run(0, rng=rng, size=n) for n in chunks])
+    pos = np.concatenate([mechanism.run(1, rng=rng, size=n) for n in chunks])
+    return ideal_lower_bound(
+        neg,
+        pos,
+        trials=trials,
+        delta=delta,
+        confidence_level=confidence_level,
+        parameter=parameter,
     )

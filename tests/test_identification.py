@@ -138,6 +138,25 @@ def test_a_rising_tail_is_flagged() -> None:
     assert not r.exact
 
 
+def test_an_accountant_bracket_identifies_full_batch_dp_gd_as_exactly_gdp() -> None:
+    # DP-GD (q = 1) for T steps is exactly (√T/σ)-GDP (Dong, Roth, Su 2019, Cor. 3.3);
+    # through the PLD profile its μ_A is constant to ~1e-8; Poisson sampling is not GDP
+    # exactly, and its μ_A still rises at the grid's end (the subsampled Gaussian's tail).
+    from dpaudit.accounting import dpsgd_event, mu_bracket
+
+    full = identify_bracket(
+        mu_bracket(dpsgd_event(noise_multiplier=2.0, sampling_rate=1.0, steps=4))
+    )
+    assert full.exact
+    assert full.mu == pytest.approx(1.0, rel=1e-4)
+    assert not full.tail_rising
+    sub = identify_bracket(
+        mu_bracket(dpsgd_event(noise_multiplier=1.0, sampling_rate=0.01, steps=1000))
+    )
+    assert not sub.exact
+    assert sub.tail_rising
+
+
 def test_unknown_mechanism_and_missing_parameters() -> None:
     with pytest.raises(DpauditError, match="'name' parameter must be one of"):
         mechanism_profile("exponential", {})

@@ -10,7 +10,7 @@ from scipy import stats
 
 from dpaudit.bounds import epsilon_lower_bound
 from dpaudit.errors import DpauditError
-from dpaudit.ideal import ideal_lower_bound
+from dpaudit.ideal import ideal_for_mechanism, ideal_lower_bound
 from dpaudit.mechanisms import k_randomized_response, k_rr_probabilities, vector_laplace
 
 
@@ -68,10 +68,10 @@ def test_ideal_5d_laplace_spread_pair() -> None:
     # 10⁶ LLR draws per input the rates' sampling error (~1e-3 relative) is far below
     # the Clopper–Pearson width at 5·10⁴ trials.
     mech = vector_laplace(query=([0.0] * 5, [0.2] * 5), sensitivity=1.0, scale=1.0)
-    rng = np.random.default_rng(6)
-    neg, pos = mech.run(0, rng=rng, size=1_000_000), mech.run(1, rng=rng, size=1_000_000)
-    half = ideal_lower_bound(neg, pos, trials=50_000, confidence_level=0.975)
-    full = ideal_lower_bound(neg, pos, trials=100_000, confidence_level=0.975)
+    half = ideal_for_mechanism(mech, trials=50_000, draws=1_000_000, seed=6, confidence_level=0.975)
+    full = ideal_for_mechanism(
+        mech, trials=100_000, draws=1_000_000, seed=6, confidence_level=0.975
+    )
     assert half.value == pytest.approx(0.86, abs=0.015)
     assert full.value == pytest.approx(0.90, abs=0.015)
     assert half.value < full.value < 1.0
@@ -87,3 +87,5 @@ def test_ideal_mu_and_errors() -> None:
         ideal_lower_bound(neg, pos, trials=10, parameter="rho")
     with pytest.raises(DpauditError, match="'trials' parameter must be a positive integer"):
         ideal_lower_bound(neg, pos, trials=0)
+    with pytest.raises(DpauditError, match="'draws' parameter must be an integer >= 2"):
+        ideal_for_mechanism(k_randomized_response(k=3, epsilon=1.0), trials=10, draws=1)

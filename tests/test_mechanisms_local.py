@@ -150,6 +150,10 @@ def test_theoretical_claims_of_the_new_built_ins() -> None:
         ),
         ('name = "laplace"\nepsilon = 1.0\nquery = [[0.0, 1.0], [1.0]]', r"same non-zero length"),
         ('name = "k-rr"\nk = 4\nepsilon = 1.0\nquery = [[0.0], [1.0]]', r"'query' is not"),
+        (
+            'name = "local-laplace"\nepsilon = 1.0\ndomain = [0.0, 1.0]\nsensitivity = 2.0',
+            r"'sensitivity' is not a parameter of 'local-laplace'",
+        ),
     ],
 )
 def test_bad_mechanism_tables_say_what_is_wrong(text: str, match: str) -> None:

@@ -175,6 +175,11 @@ class MechanismSection(Table):
             "delta": _GAUSSIAN,
             "calibration": _GAUSSIAN,
         }
+        if "sensitivity" in self.model_fields_set and self.name in (*_CATEGORICAL, *_LOCAL):
+            raise ValueError(
+                f"'sensitivity' is not a parameter of {self.name!r}: a local randomiser's "
+                "neighbours are any two records ('domain' sets the sensitivity)"
+            )
         for key, names in used.items():
             if getattr(self, key) is not None and self.name not in names:
                 raise ValueError(
