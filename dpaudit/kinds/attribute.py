@@ -61,23 +61,31 @@ class AttributeKind(AuditKind[AttributeSection]):
             )
         _targets.check_variants(shared.target, shared.training)
 
+    def check_runnable(self, section: AttributeSection, context: RunContext) -> None:
+        """Load the data (its sensitive column included) before any target trains."""
+        _targets.load(self._spec(context))
+
     def plan(self, section: AttributeSection, context: RunContext) -> UnitPlan:
-        sh = context.shared
-        assert sh.data is not None  # checked when the file loads
-        spec = _targets.TargetSpec(
-            data=sh.data,
-            model=sh.model,
-            training=sh.training,
-            seed=context.seed,
-            base_dir=str(context.base_dir),
-        )
-        names = _targets.variants(sh.target, sh.training)
+        spec = self._spec(context)
+        names = _targets.variants(context.shared.target, context.shared.training)
         return UnitPlan(
             fn=attribute_unit,
             spec=spec,
             units=tuple(f"attribute-{i}-{v}" for i, v in enumerate(names)),
             key_data=_targets.key_data(spec),
             description="training targets and guessing attributes",
+        )
+
+    @staticmethod
+    def _spec(context: RunContext) -> _targets.TargetSpec:
+        sh = context.shared
+        assert sh.data is not None  # checked when the file loads
+        return _targets.TargetSpec(
+            data=sh.data,
+            model=sh.model,
+            training=sh.training,
+            seed=context.seed,
+            base_dir=str(context.base_dir),
         )
 
     def comparisons(self, section: AttributeSection, context: RunContext, outputs: Outputs) -> int:

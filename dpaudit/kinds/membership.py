@@ -418,6 +418,15 @@ class MembershipKind(AuditKind[MembershipSection]):
         if not shared.target.brought:
             _targets.check_variants(shared.target, shared.training)
 
+    def check_runnable(self, section: MembershipSection, context: RunContext) -> None:
+        """Load the data (and a brought model) once, before any unit trains or attacks."""
+        if context.shared.target.brought:
+            from dpaudit.targets import preflight
+
+            preflight(byo_spec(section, context))
+        else:
+            _targets.load(own_spec(section, context))
+
     def plan(self, section: MembershipSection, context: RunContext) -> UnitPlan:
         sh = context.shared
         if sh.target.brought:
