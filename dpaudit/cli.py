@@ -14,7 +14,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -388,6 +388,69 @@ def account(
         "μ bracket covers ε ≤", f"{bracket.epsilon_max:.3f} (beyond: δ ≤ {bracket.tail_delta:.1e})"
     )
     console.print(table)
+
+
+@app.command("plan")
+def plan_command(
+    target: Annotated[float, typer.Option("--target", help="The ε (or μ) to certify.")],
+    mechanism_epsilon: Annotated[
+        float | None,
+        typer.Option("--mechanism-epsilon", help="ε of the Laplace mechanism audited."),
+    ] = None,
+    mechanism_mu: Annotated[
+        float | None, typer.Option("--mechanism-mu", help="μ of the Gaussian mechanism audited.")
+    ] = None,
+    perfect: Annotated[
+        bool, typer.Option("--perfect", help="An attack that makes no error (the design's limit).")
+    ] = False,
+    parameter: Annotated[str, typer.Option("--parameter", help="epsilon or mu.")] = "epsilon",
+    delta: Annotated[float, typer.Option("--delta", help="δ of an ε bound.")] = 0.0,
+    confidence_level: Annotated[float, typer.Option("--confidence-level")] = 0.95,
+    threshold: Annotated[str, typer.Option("--threshold", help="split or bonferroni.")] = "split",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead.")] = False,
+) -> None:
+    """Trials per arm an ideal attack needs to certify --target at this confidence.
+
+    The ideal attack has the rates of the mechanism's own trade-off curve (Laplace with
+    --mechanism-epsilon, Gaussian with --mechanism-mu), or none at all with --perfect.
+    """
+    import json
+
+    from dpaudit.planning import plan_trials
+
+    tradeoff: Literal["laplace", "gaussian", "perfect"]
+    if perfect:
+        tradeoff = "perfect"
+    elif mechanism_mu is not None:
+        tradeoff = "gaussian"
+    elif mechanism_epsilon is not None:
+        tradeoff = "laplace"
+    else:
+        raise fail("Give --mechanism-epsilon (Laplace), --mechanism-mu (Gaussian) or --perfect.")
+    try:
+        plan = plan_trials(
+            target,
+            delta,
+            confidence_level,
+            tradeoff=tradeoff,
+            mechanism_epsilon=mechanism_epsilon,
+            mechanism_mu=mechanism_mu,
+            parameter=parameter,  # type: ignore[arg-type]  # plan_trials checks the choice
+            threshold=threshold,  # type: ignore[arg-type]  # plan_trials checks the choice
+        )
+    except DpauditError as exc:
+        raise fail(str(exc)) from None
+    if as_json:
+        console.print_json(json.dumps(plan.to_dict()))
+        return
+    name = "ε" if plan.parameter == "epsilon" else "μ"
+    console.print(
+        f"{plan.trials_per_arm} trials per arm: an ideal attack ({plan.tradeoff}) is expected "
+        f"to certify {name} ≥ {plan.expected_value:.4g} (target {plan.target:g}) at "
+        f"{plan.confidence_level:g} confidence; a perfect attack would certify "
+        f"{plan.limit:.4g} (the design's limit of detection).",
+        markup=False,
+    )
 
 
 @app.command("report")

@@ -115,3 +115,25 @@ def test_account_and_engine_agree_on_the_number_of_steps():
         training=spec, seed=0, num_classes=2,
     )  # fmt: skip
     assert result.records[0].steps == accounted == 150
+
+
+def test_plan_with_a_perfect_attack_gives_the_design_whose_limit_reaches_the_target():
+    # A perfect attack at n trials per arm (split, δ = 1e-5) certifies its limit of
+    # detection; the plan is the fewest n whose limit reaches 5 (1,100 per arm, with a
+    # limit of 5.001 just above the target), and one trial fewer does not reach it.
+    from dpaudit.planning import multi_run_limit
+
+    res = runner.invoke(app, ["plan", "--target", "5", "--perfect", "--delta", "1e-5", "--json"])
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.output)
+    n = plan["trials_per_arm"]
+    assert multi_run_limit(n, delta=1e-5, confidence_level=0.95).value >= 5.0
+    assert multi_run_limit(n - 1, delta=1e-5, confidence_level=0.95).value < 5.0
+
+
+def test_plan_needs_a_mechanism_or_perfect():
+    res = runner.invoke(app, ["plan", "--target", "1"])
+    assert res.exit_code == 2
+    assert "Give --mechanism-epsilon (Laplace), --mechanism-mu (Gaussian) or --perfect." in (
+        res.output
+    )
