@@ -480,13 +480,16 @@ def check_file(path: Path, what: str) -> Path:
 def library_reason(exc: BaseException) -> str:
     """A library's error message as a short clause for a one-line message.
 
-    The first sentence, without the prefixes libraries put before the cause (e.g.
-    "Error while deserializing header: header too large" gives "header too large").
+    The first sentence, without the tags libraries put before it (``[enforce fail at
+    ...]``, ``[ONNXRuntimeError] : 7 : ...``) and, when the cause after the last colon
+    is more than one word, without the context before it ("Error while deserializing
+    header: header too large" gives "header too large").
     """
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    first = text.split(". ")[0].rstrip(".")
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    text = re.sub(r"^(\[[^\]]*\][\s.:]*)+", "", " ".join(text.split()))
+    first = text.split(". ")[0].rstrip(".").strip()
     cause = first.rsplit(":", 1)[-1].strip()
-    return (cause or first)[:160]
+    return (cause if len(cause.split()) > 1 else first or type(exc).__name__)[:160]
 
 
 def read_table(

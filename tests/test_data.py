@@ -10,7 +10,13 @@ import pytest
 import sklearn.datasets
 import statsmodels.api as sm
 
-from dpaudit.data import BUILTIN_DATASETS, Standardizer, load_dataset, split_dataset
+from dpaudit.data import (
+    BUILTIN_DATASETS,
+    Standardizer,
+    library_reason,
+    load_dataset,
+    split_dataset,
+)
 from dpaudit.errors import DataError, DpauditError
 
 
@@ -233,3 +239,40 @@ def test_parquet_round_trip(tmp_path) -> None:
     (tmp_path / "cut.parquet").write_bytes(data[: len(data) // 2])
     with pytest.raises(DataError, match=r"'.*cut\.parquet' is not a readable Parquet file"):
         load_dataset("parquet:cut.parquet", label="y", base_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        # Messages as safetensors, ONNX Runtime, torch and pyarrow raise them.
+        (RuntimeError("Error while deserializing header: header too large"), "header too large"),
+        (
+            RuntimeError(
+                "[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Load model from m.onnx "
+                "failed:Protobuf parsing failed."
+            ),
+            "Protobuf parsing failed",
+        ),
+        (
+            RuntimeError(
+                "[enforce fail at inline_container.cc:180] . file in archive is not "
+                "in a subdirectory: 1407.npy"
+            ),
+            "file in archive is not in a subdirectory: 1407.npy",
+        ),
+        (
+            OSError(
+                "Could not open Parquet input source 'x': Parquet magic bytes not found "
+                "in footer. Either the file is corrupted or this is not a parquet file."
+            ),
+            "Parquet magic bytes not found in footer",
+        ),
+        (
+            KeyError("There is no item named 'schema.json' in the archive"),
+            "There is no item named 'schema.json' in the archive",
+        ),
+        (RuntimeError(""), "RuntimeError"),
+    ],
+)
+def test_library_reason_is_one_short_clause(exc: BaseException, reason: str) -> None:
+    assert library_reason(exc) == reason
