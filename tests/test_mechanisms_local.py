@@ -212,15 +212,17 @@ def test_query_pair_beyond_the_sensitivity_is_flagged_and_caught(tmp_path: Path)
 REPEATS, TRIALS, CEILING = 1000, 1000, 0.065
 
 
-def _violation_rate(mech, target: float, *, parameter: str = "epsilon", seed: int = 0) -> float:
-    rng = np.random.default_rng(seed)
+def _violation_rate(
+    mech, target: float, *, parameter: str = "epsilon", threshold: str = "split"
+) -> float:
+    rng = np.random.default_rng(0)
     hits = 0
     for i in range(REPEATS):
         neg, pos = mech.run(0, rng=rng, size=TRIALS), mech.run(1, rng=rng, size=TRIALS)
         if parameter == "epsilon":
-            b = epsilon_lower_bound(neg, pos, delta=0.0, seed=i)
+            b = epsilon_lower_bound(neg, pos, delta=0.0, seed=i, threshold=threshold)
         else:
-            b = mu_lower_bound(neg, pos, seed=i)
+            b = mu_lower_bound(neg, pos, seed=i, threshold=threshold)
         hits += b.value > target
     return hits / REPEATS
 
@@ -237,6 +239,12 @@ def _violation_rate(mech, target: float, *, parameter: str = "epsilon", seed: in
 )
 def test_validity_epsilon_at_the_true_epsilon(mech, target: float) -> None:
     assert _violation_rate(mech, target) <= CEILING
+
+
+def test_validity_k_rr_with_bonferroni_thresholds() -> None:
+    # three score values: the simultaneous limits cover them, ties and all
+    mech = k_randomized_response(k=4, epsilon=2.0)
+    assert _violation_rate(mech, 2.0, threshold="bonferroni") <= CEILING
 
 
 def test_validity_mu_of_vector_gaussian() -> None:
