@@ -20,7 +20,8 @@ from dpaudit.schemas import validate_results
 
 AUDITS = Path(__file__).resolve().parent.parent / "audits"
 GOLDEN = Path(__file__).resolve().parent / "golden"
-EXPECTED_EXIT = {"laplace-violation": 1}  # a planted false claim; every other example passes
+# planted false claims; every other example passes
+EXPECTED_EXIT = {"laplace-violation": 1, "laplace-vector-violation": 1}
 KEYS = ("test", "parameter", "validity", "value", "confidence_level", "upper", "in_verdict")
 
 
