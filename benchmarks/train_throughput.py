@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -100,6 +101,16 @@ def run_phase(phase: str, threads: int, num_models: int, warm: bool = False) -> 
     return _run_phase_once(phase, num_models)
 
 
+def _useful_gflop(num_models: int, steps: int) -> float:
+    """Floating-point work of the DP-SGD steps at the expected batch (no padding):
+    per example and linear layer (in → out) 2·in·out for the forward pass, as much for
+    the weight gradient, and 2·in·out for the backward pass of every layer but the
+    first. Counts what any implementation must do; norms, softmax and noise excluded."""
+    layers = [(64, HIDDEN), (HIDDEN, 10)]
+    per_example = sum(4 * i * o for i, o in layers) + sum(2 * i * o for i, o in layers[1:])
+    return num_models * steps * BATCH * per_example / 1e9
+
+
 def _run_phase_once(phase: str, num_models: int) -> dict:
     import warnings
 
@@ -108,6 +119,7 @@ def _run_phase_once(phase: str, num_models: int) -> dict:
     Xtr, ytr, Xte, yte, membership = _data(num_models)
     rss_setup = _rss_mib()
     steps = None
+    cpu_start = time.process_time()
     if phase.startswith("dpaudit"):
         from dpaudit.models import ModelSpec
         from dpaudit.training import DPConfig, TrainingSpec, train_many, train_many_module
@@ -191,9 +203,15 @@ def _run_phase_once(phase: str, num_models: int) -> dict:
         accuracy = float(np.mean(accuracies))
     else:
         raise SystemExit(f"unknown phase {phase!r}")
+    # CPU seconds of this process from the first timed line to here (accuracy
+    # evaluation included: a few milliseconds).
+    cpu_seconds = time.process_time() - cpu_start
     return {
         "phase": phase,
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
+        "gflop_per_cpu_second": _useful_gflop(num_models, EPOCHS * (TRAIN_ROWS // BATCH))
+        / cpu_seconds,
         "models_per_second": num_models / seconds,
         "steps": steps,
         "accuracy": accuracy,
@@ -240,6 +258,7 @@ def main() -> None:
             runs[phase].append(result)
             print(
                 f"[round {repeat + 1}] {phase:16s} {result['seconds']:8.2f} s "
+                f"{result['cpu_seconds']:8.2f} s CPU "
                 f"{result['models_per_second']:8.2f} models/s  acc {result['accuracy']:.4f}  "
                 f"peak {result['rss_peak_mib']:.0f} MiB",
                 flush=True,
@@ -251,16 +270,18 @@ def main() -> None:
     print()
     print(
         f"K = {args.models} models, {args.threads} threads, {args.repeats} rounds; medians "
-        f"(peak RSS = ru_maxrss of the phase's subprocess)"
+        f"(peak RSS = ru_maxrss of the phase's subprocess); load average {os.getloadavg()}"
     )
     header = (
-        f"{'phase':16s} {'seconds':>8s} {'models/s':>9s} {'steps':>6s} {'accuracy':>9s} "
+        f"{'phase':16s} {'seconds':>8s} {'CPU s':>8s} {'GFLOP/CPUs':>10s} {'models/s':>9s} "
+        f"{'steps':>6s} {'accuracy':>9s} "
         f"{'setup MiB':>10s} {'peak MiB':>9s}"
     )
     print(header)
     for phase in phases:
         print(
-            f"{phase:16s} {med(phase, 'seconds'):8.2f} {med(phase, 'models_per_second'):9.2f} "
+            f"{phase:16s} {med(phase, 'seconds'):8.2f} {med(phase, 'cpu_seconds'):8.2f} "
+            f"{med(phase, 'gflop_per_cpu_second'):10.2f} {med(phase, 'models_per_second'):9.2f} "
             f"{runs[phase][0]['steps']:6d} {med(phase, 'accuracy'):9.4f} "
             f"{med(phase, 'rss_setup_mib'):10.0f} {med(phase, 'rss_peak_mib'):9.0f}"
         )
@@ -280,6 +301,15 @@ def main() -> None:
             )
 
     ratio_lines("dpaudit-dp", "opacus-dp", "dpaudit DP-SGD vs Opacus (models/s)")
+    if "dpaudit-dp" in runs and "opacus-dp" in runs:
+        cpu_ratio = [
+            o["cpu_seconds"] / d["cpu_seconds"]
+            for d, o in zip(runs["dpaudit-dp"], runs["opacus-dp"], strict=True)
+        ]
+        print(
+            f"dpaudit DP-SGD vs Opacus (CPU seconds per model): median "
+            f"{statistics.median(cpu_ratio):.1f}x (range {min(cpu_ratio):.1f}-{max(cpu_ratio):.1f})"
+        )
     ratio_lines("dpaudit-plain", "torch-plain", "dpaudit plain vs torch loop (models/s)")
     ratio_lines("dpaudit-generic", "opacus-dp", "dpaudit generic vs Opacus (models/s)")
     if "dpaudit-dp" in runs and "dpaudit-plain" in runs:

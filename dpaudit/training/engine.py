@@ -78,23 +78,26 @@ class ClippedSumBackend(Protocol):
 
 
 # ----------------------------------------------------------------------------- backend
-def _activation_and_derivative(
+def _activation_and_backward(
     name: str, z: torch.Tensor
-) -> tuple[torch.Tensor, Callable[[], torch.Tensor]]:
+) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    """The activation of ``z`` (``z`` may be overwritten) and the map δ ↦ δ ⊙ σ'(z)."""
     if name == "relu":
-        a = torch.relu(z)
-        return a, lambda: (z > 0).to(z.dtype)
+        a = z.relu_()  # z is not needed again: a > 0 exactly where z > 0
+        # δ where a > 0, else 0: the kernel autograd uses for ReLU, with no float mask
+        # (δ·1 = δ and δ·0 = ±0, so the same numbers as multiplying by (z > 0)).
+        return a, lambda delta: torch.ops.aten.threshold_backward(delta, a, 0.0)
     if name == "tanh":
         a = torch.tanh(z)
-        return a, lambda: 1 - a * a
+        return a, lambda delta: delta.mul_(1 - a * a)
     if name == "sigmoid":
         a = torch.sigmoid(z)
-        return a, lambda: a * (1 - a)
+        return a, lambda delta: delta.mul_(a * (1 - a))
     # Exact GELU z·Φ(z): derivative Φ(z) + z·φ(z).
     a = torch.nn.functional.gelu(z)
     return (
         a,
-        lambda: (
+        lambda delta: delta.mul_(
             0.5 * (1 + torch.erf(z * math.sqrt(0.5)))
             + z * torch.exp(-0.5 * z * z) * (1 / math.sqrt(2 * math.pi))
         ),
@@ -121,6 +124,15 @@ class LinearStackBackend:
         self.num_parameters = sum(o * i + o for o, i in self.shapes)
         self.num_features = num_features
         self.num_classes = num_classes
+        self._data: torch.Tensor | None = None
+        self._data_sq_norms: torch.Tensor | None = None
+
+    def cache_inputs(self, x: torch.Tensor) -> None:
+        """Keep ‖x_i‖² of every data row: the first layer's input norms, which every
+        step would otherwise recompute for its batch. ``clipped_sum(..., rows=...)``
+        reads them (the same reduction per row, so the same numbers)."""
+        self._data = x
+        self._data_sq_norms = (x * x).sum(-1)
 
     def bytes_per_example(self, itemsize: int) -> int:
         widths = sum(o for o, _ in self.shapes)
@@ -143,15 +155,15 @@ class LinearStackBackend:
         """Return each layer's inputs ``a_l`` (Kc, B, in) and output gradients ``δ_l``."""
         weights, biases = self.split(theta)
         inputs = [xb]
-        derivatives: list[Callable[[], torch.Tensor]] = []
+        backwards: list[Callable[[torch.Tensor], torch.Tensor]] = []
         a = xb
         last = len(weights) - 1
         for layer, (w, b) in enumerate(zip(weights, biases, strict=True)):
             z = torch.bmm(a, w.transpose(1, 2)).add_(b.unsqueeze(1))
             if layer < last:
-                a, derivative = _activation_and_derivative(self.spec.activation, z)
+                a, backward = _activation_and_backward(self.spec.activation, z)
                 inputs.append(a)
-                derivatives.append(derivative)
+                backwards.append(backward)
             else:
                 a = z
         # d(cross-entropy)/d(logits) = softmax − one-hot, per example (no 1/B: the engine
@@ -166,7 +178,7 @@ class LinearStackBackend:
         delta = torch.where(valid.unsqueeze(-1), delta, 0.0)
         deltas = [delta]
         for layer in range(last, 0, -1):
-            delta = torch.bmm(delta, weights[layer]) * derivatives[layer - 1]()
+            delta = backwards[layer - 1](torch.bmm(delta, weights[layer]))
             deltas.append(delta)
         deltas.reverse()
         return inputs, deltas
@@ -180,11 +192,15 @@ class LinearStackBackend:
 
     @staticmethod
     def _norms(
-        inputs: Sequence[torch.Tensor], deltas: Sequence[torch.Tensor], valid: torch.Tensor
+        inputs: Sequence[torch.Tensor],
+        deltas: Sequence[torch.Tensor],
+        valid: torch.Tensor,
+        input_sq_norms: torch.Tensor | None = None,
     ) -> torch.Tensor:
         squared = torch.zeros(valid.shape, dtype=deltas[0].dtype, device=deltas[0].device)
-        for a, d in zip(inputs, deltas, strict=True):
-            a2 = torch.where(valid, (a * a).sum(-1), 0.0)
+        for layer, (a, d) in enumerate(zip(inputs, deltas, strict=True)):
+            a2 = input_sq_norms if layer == 0 and input_sq_norms is not None else (a * a).sum(-1)
+            a2 = torch.where(valid, a2, 0.0)
             squared += (d * d).sum(-1) * (a2 + 1)
         return squared.sqrt()
 
@@ -206,13 +222,22 @@ class LinearStackBackend:
         yb: torch.Tensor,
         valid: torch.Tensor,
         clipping_norm: float | None,
+        *,
+        rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """The ``(Kc, P)`` sums of clipped per-example gradients. ``rows`` (the data rows
+        of ``xb``, with ``xb`` drawn from the tensor given to :meth:`cache_inputs`) lets
+        the first layer's input norms come from the cache."""
         inputs, deltas = self._forward_backward(theta, xb, yb, valid)
         if clipping_norm is not None:
-            norms = self._norms(inputs, deltas, valid)
+            cached = None
+            if rows is not None and self._data_sq_norms is not None:
+                cached = self._data_sq_norms[rows]
+            norms = self._norms(inputs, deltas, valid, cached)
             factor = (clipping_norm / (norms + CLIP_EPSILON)).clamp(max=1.0)
             factor = torch.where(valid, factor, 0.0).unsqueeze(-1)
-            deltas = [d * factor for d in deltas]
+            # In place: the unclipped deltas are not needed again.
+            deltas = [d.mul_(factor) for d in deltas]
         parts = []
         for a, d in zip(inputs, deltas, strict=True):
             parts.append(torch.bmm(d.transpose(1, 2), a).flatten(1))
@@ -525,6 +550,7 @@ class _Chunk:
     noise: torch.Tensor | None  # (Kc, block, P)
     full: tuple[torch.Tensor, torch.Tensor] | None  # every member's (x, y), full batch
     arange_cache: dict[int, torch.Tensor]
+    cached_inputs: bool = False  # the backend caches ‖x_i‖² (LinearStackBackend)
 
 
 def _gather_members(
@@ -696,8 +722,11 @@ def _privatise(
     References:
         Abadi et al. 2016, Algorithm 1 (clip, sum, add N(0, σ²C²), divide).
     """
-    _, xb, yb, valid = batch
-    total = backend.clipped_sum(chunk.theta, xb, yb, valid, plan.clip)
+    rows, xb, yb, valid = batch
+    if chunk.cached_inputs:
+        total = backend.clipped_sum(chunk.theta, xb, yb, valid, plan.clip, rows=rows)
+    else:
+        total = backend.clipped_sum(chunk.theta, xb, yb, valid, plan.clip)
     if chunk.noise is not None:
         # inactive models' rows are ignored below (their update is masked out)
         total.add_(chunk.noise[:, j], alpha=plan.noise_std)
@@ -861,6 +890,9 @@ def run_engine(
         device=theta0.device,
     )
     theta_out = torch.empty_like(theta0)
+    cached_inputs = callable(getattr(backend, "cache_inputs", None))
+    if cached_inputs:
+        backend.cache_inputs(x)
     for start in range(0, num_models, plan.chunk):
         stop = min(num_models, start + plan.chunk)
         chunk = _plan_chunk(
@@ -875,6 +907,7 @@ def run_engine(
             seed=seed,
             model_offset=model_offset,
         )
+        chunk.cached_inputs = cached_inputs
         _train_chunk(
             backend,
             chunk,
