@@ -518,10 +518,23 @@ def main() -> None:
     # dp-accounting's RDP code logs every order it drops while calibrating noise; the
     # accountant's answer is what matters on a terminal.
     logging.getLogger("absl").setLevel(logging.ERROR)
+    import os
+
     try:
         app()
     except DpauditError as exc:  # a user mistake that escaped a command: one line, exit 2
         err_console.print(f"error: {exc}", markup=False)
+        sys.exit(EXIT_BAD_INPUT)
+    except Exception as exc:
+        # Exit 1 means "a gate check failed": a crash (in a plug-in, or a bug in dpaudit)
+        # must never read as that. One line, exit 2; the traceback on request.
+        if os.environ.get("DPAUDIT_TRACEBACK"):
+            raise
+        err_console.print(
+            f"error: unexpected {type(exc).__name__}: {exc} (in a plug-in of yours or a bug "
+            "in dpaudit; set DPAUDIT_TRACEBACK=1 to see where)",
+            markup=False,
+        )
         sys.exit(EXIT_BAD_INPUT)
 
 

@@ -251,3 +251,27 @@ def test_kill_9_then_rerun_says_it_resumes_and_matches_a_fresh_run(tmp_path: Pat
     got = json.loads((run_dir / "results.json").read_text())["bounds"]
     want = json.loads((tmp_path / "fresh" / "results.json").read_text())["bounds"]
     assert [b["lower"]["value"] for b in got] == [b["lower"]["value"] for b in want]
+
+
+def test_a_crashing_plug_in_is_exit_2_never_1(tmp_path: Path) -> None:
+    # Exit 1 is reserved for a failed gate check: an exception in user code is unusable
+    # input, reported in one line (the traceback only with DPAUDIT_TRACEBACK=1).
+    (tmp_path / "crash_plugin.py").write_text(
+        "def mech(data, *, rng, size):\n    raise ZeroDivisionError('boom')\n"
+    )
+    (tmp_path / "a.toml").write_text(
+        '[audit]\nname = "crash"\nkinds = ["mechanism"]\n[mechanism]\n'
+        'name = "crash_plugin:mech"\ntrials = 100\n[mechanism.claim]\nepsilon = 1.0\n'
+    )
+    args = [DPAUDIT, "run", str(tmp_path / "a.toml"), "-q", "-o", str(tmp_path / "r")]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "error: unexpected ZeroDivisionError: boom (in a plug-in of yours or a bug in dpaudit; "
+        "set DPAUDIT_TRACEBACK=1 to see where)"
+    ]
+    env = {**os.environ, "DPAUDIT_TRACEBACK": "1"}
+    loud = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env)
+    assert loud.returncode == 1  # Python's own exit for an uncaught exception
+    assert "Traceback" in loud.stderr
