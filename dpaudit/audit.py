@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 
 from dpaudit._version import __version__
-from dpaudit.config import AuditConfig, load_config
+from dpaudit.config import AuditConfig, check_runnable, load_config, run_context
 from dpaudit.errors import DpauditError
 from dpaudit.executors import UnitStats, run_units
 from dpaudit.gate import evaluate_gate
 from dpaudit.kinds import get_kind
-from dpaudit.kinds.base import KindSummary, RunContext, UnitPlan, VerdictBudget
+from dpaudit.kinds.base import KindSummary, UnitPlan, VerdictBudget
 from dpaudit.results import AuditResult
 from dpaudit.store import RunStore, atomic_write_json, atomic_write_text
 
@@ -37,30 +37,6 @@ from dpaudit.store import RunStore, atomic_write_json, atomic_write_text
 Progress = Callable[[str, int, int], None]
 
 LIBRARIES = ("numpy", "scipy", "scikit-learn", "statsmodels", "torch", "dp-accounting", "pydantic")
-
-
-def run_context(config: AuditConfig) -> RunContext:
-    """What every kind of ``config`` is told about the audit beyond its own table."""
-    a = config.audit
-    return RunContext(
-        seed=a.seed,
-        confidence_level=a.confidence_level,
-        delta=a.delta,
-        base_dir=config.base_dir,
-        unit_size=config.execution.unit_size,
-        shared=config.shared(),
-    )
-
-
-def check_runnable(config: AuditConfig) -> None:
-    """Everything that can be checked before work starts: kinds exist, plug-ins import.
-
-    Raises:
-        DpauditError: With one line naming the problem.
-    """
-    context = run_context(config)
-    for name in config.audit.kinds:
-        get_kind(name).check_runnable(config.section(name), context)
 
 
 def _run_plan(

@@ -283,8 +283,7 @@ def run_command(
 @app.command("validate")
 def validate_command(file: Annotated[Path, typer.Argument(help="The audit file (TOML).")]) -> None:
     """Check an audit file without running it (exit 0 valid, 2 invalid)."""
-    from dpaudit.audit import check_runnable
-    from dpaudit.config import load_config
+    from dpaudit.config import check_runnable, load_config
 
     try:
         config = load_config(file)

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from dpaudit.errors import ConfigError
 from dpaudit.kinds import get_kind, kind_names
-from dpaudit.kinds.base import SharedTables
+from dpaudit.kinds.base import RunContext, SharedTables
 from dpaudit.sections import (
     TARGET_FORMATS,
     AuditSection,
@@ -39,9 +39,11 @@ from dpaudit.sections import (
 __all__ = [
     "TARGET_FORMATS",
     "AuditConfig",
+    "check_runnable",
     "format_validation_error",
     "load_config",
     "parse_config",
+    "run_context",
     "target_format_from_suffix",
 ]
 
@@ -120,6 +122,30 @@ class AuditConfig(Table):
 
     def config_hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
+
+
+def run_context(config: AuditConfig) -> RunContext:
+    """What every kind of ``config`` is told about the audit beyond its own table."""
+    a = config.audit
+    return RunContext(
+        seed=a.seed,
+        confidence_level=a.confidence_level,
+        delta=a.delta,
+        base_dir=config.base_dir,
+        unit_size=config.execution.unit_size,
+        shared=config.shared(),
+    )
+
+
+def check_runnable(config: AuditConfig) -> None:
+    """Everything each kind can check before work starts (plug-ins import, files load).
+
+    Raises:
+        DpauditError: With one line naming the problem.
+    """
+    context = run_context(config)
+    for name in config.audit.kinds:
+        get_kind(name).check_runnable(config.section(name), context)
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:

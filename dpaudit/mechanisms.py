@@ -23,12 +23,14 @@ import importlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dpaudit.errors import ConfigError, DpauditError, check_choice
-from dpaudit.theory import gaussian_sigma, gdp_mu
+
+if TYPE_CHECKING:  # loaded where used: validating a file stays fast
+    pass
 
 MechanismFn = Callable[..., Any]
 
@@ -322,6 +324,8 @@ def gaussian_calibrated(
     profile is δ_μ(ε) (Dong, Roth, Su 2019, Cor. 2.13), increasing in μ, so
     σ = Δ/μ with μ solving δ_μ(ε) = δ.
     """
+    from dpaudit.theory import gaussian_sigma, gdp_mu
+
     check_choice("calibration", calibration, GAUSSIAN_CALIBRATIONS)
     if calibration == "classic":
         if not epsilon < 1.0:

@@ -12,12 +12,11 @@ import hashlib
 import json
 import math
 import sys
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from dpaudit.bounds import epsilon_lower_bound, mu_lower_bound
 from dpaudit.errors import ConfigError
 from dpaudit.kinds.base import (
     AuditKind,
@@ -27,24 +26,13 @@ from dpaudit.kinds.base import (
     UnitPlan,
     unit_index,
 )
-from dpaudit.mechanisms import (
-    Claim,
-    Mechanism,
-    gaussian,
-    gaussian_calibrated,
-    k_randomized_response,
-    laplace,
-    randomized_response,
-    theoretical_claim,
-    unary_encoding,
-    user_mechanism,
-    vector_gaussian,
-    vector_laplace,
-)
-from dpaudit.results import Comparison, gdp_implied_comparison, score_summary, theory_curves
 from dpaudit.sections import ClaimSection, Positive, Table
-from dpaudit.theory import zcdp_to_dp
-from dpaudit.upper_bounds import UpperBound, from_claim
+
+if TYPE_CHECKING:  # loaded where used: validating a file stays fast
+    from dpaudit.mechanisms import (
+        Mechanism,
+    )
+    from dpaudit.upper_bounds import UpperBound
 
 BUILTIN_MECHANISMS = (
     "laplace",
@@ -241,6 +229,8 @@ def _local_pair(m: MechanismSection) -> tuple[Vectors, int]:
 
 def _gaussian_sigma(m: MechanismSection, sensitivity: float) -> tuple[float, dict | None]:
     """σ of a Gaussian mechanism: given, from μ, or calibrated to (ε, δ)."""
+    from dpaudit.mechanisms import gaussian_calibrated
+
     if m.sigma is not None:
         return m.sigma, None
     if m.mu is not None:
@@ -258,6 +248,17 @@ def _gaussian_sigma(m: MechanismSection, sensitivity: float) -> tuple[float, dic
 
 def build_mechanism(m: MechanismSection, base_dir: str) -> Mechanism:
     """The mechanism of ``[mechanism]`` with the noise it runs with."""
+    from dpaudit.mechanisms import (
+        gaussian,
+        k_randomized_response,
+        laplace,
+        randomized_response,
+        unary_encoding,
+        user_mechanism,
+        vector_gaussian,
+        vector_laplace,
+    )
+
     if m.name in ("laplace", "local-laplace"):
         if m.name == "local-laplace":
             records, d = _local_pair(m)
@@ -318,6 +319,10 @@ def mechanism_unit(spec: MechanismSpec, unit: str) -> dict[str, np.ndarray]:
 
 
 def _upper(m: MechanismSection, mech: Mechanism, delta: float) -> UpperBound:
+    from dpaudit.mechanisms import Claim, theoretical_claim
+    from dpaudit.theory import zcdp_to_dp
+    from dpaudit.upper_bounds import from_claim
+
     if m.claim is not None:
         c = m.claim
         if c.rho is not None:
@@ -382,6 +387,10 @@ class MechanismKind(AuditKind[MechanismSection]):
     def summarise(
         self, section: MechanismSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
+        from dpaudit.bounds import epsilon_lower_bound, mu_lower_bound
+        from dpaudit.mechanisms import Claim
+        from dpaudit.results import Comparison, gdp_implied_comparison, score_summary, theory_curves
+
         parts = [outputs[u] for u in sorted(outputs)]
         neg = np.concatenate([p["negative"] for p in parts])
         pos = np.concatenate([p["positive"] for p in parts])

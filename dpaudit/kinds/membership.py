@@ -38,12 +38,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from dpaudit.bounds import EpsilonBound, epsilon_lower_bound, mu_lower_bound
 from dpaudit.errors import InsufficientTrialsError
 from dpaudit.kinds import _targets
 from dpaudit.kinds.base import (
@@ -54,9 +53,11 @@ from dpaudit.kinds.base import (
     SharedTables,
     UnitPlan,
 )
-from dpaudit.results import Comparison, TestSummary, score_summary, theory_curves
 from dpaudit.sections import ByoSpec, Table
-from dpaudit.upper_bounds import from_records
+
+if TYPE_CHECKING:  # loaded where used: validating a file stays fast
+    from dpaudit.bounds import EpsilonBound
+    from dpaudit.results import Comparison, TestSummary
 
 Attack = Literal[
     "loss",
@@ -311,6 +312,8 @@ class _Scored:
 
 def _heuristic(s: _Scored, *, delta: float, c: float) -> tuple[EpsilonBound | None, list[str]]:
     """ε (and μ, for the note only) treating rows as independent trials: descriptive."""
+    from dpaudit.bounds import epsilon_lower_bound, mu_lower_bound
+
     neg, pos = s.scores[~s.membership], s.scores[s.membership]
     notes: list[str] = []
     eps = None
@@ -330,6 +333,7 @@ def _summarise_one(
     s: _Scored, context: RunContext, *, level: float, rigorous: bool
 ) -> tuple[TestSummary, list[Comparison]]:
     from dpaudit.membership import DEFAULT_GUESS_FRACTION, one_run_bound
+    from dpaudit.results import Comparison, score_summary, theory_curves
 
     c, delta = context.confidence_level, context.delta
     summary = score_summary(
@@ -368,6 +372,7 @@ def _summarise_one(
 def _own_scored(outputs: Outputs, context: RunContext) -> tuple[list[_Scored], str | None]:
     """Every (variant, attack) of own targets, in the order the file lists them."""
     from dpaudit.membership import attack_seed
+    from dpaudit.upper_bounds import from_records
 
     out: list[_Scored] = []
     data_hash = None
@@ -560,7 +565,9 @@ def _summarise_brought_one(
     s: _Scored, context: RunContext, *, rigorous: bool
 ) -> tuple[TestSummary, list[Comparison]]:
     """Like :func:`_summarise_one`; a heuristic μ failure adds no note here."""
+    from dpaudit.bounds import epsilon_lower_bound
     from dpaudit.membership import DEFAULT_GUESS_FRACTION, one_run_bound
+    from dpaudit.results import Comparison, score_summary
 
     c, delta = context.confidence_level, context.delta
     summary = score_summary(
