@@ -109,3 +109,21 @@ def test_builtin_trainer_names_match_the_trainer_registry() -> None:
     from dpaudit.trainers import TRAINERS
 
     assert set(BUILTIN_TRAINERS) == set(TRAINERS)
+
+
+@pytest.mark.parametrize("command", [["--help"], ["validate", "audits/laplace.toml"]])
+def test_help_and_validate_load_no_torch_accounting_or_scipy_stats(command: list[str]) -> None:
+    # `dpaudit --help` and `dpaudit validate` start in well under a second of CPU
+    # (benchmarks/cli_start.py): they load neither torch, dp-accounting nor scipy.stats.
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    code = (
+        "import sys\nfrom typer.testing import CliRunner\nfrom dpaudit.cli import app\n"
+        f"r = CliRunner().invoke(app, {command!r})\nassert r.exit_code == 0, r.output\n"
+        "print(sorted(m for m in ('torch', 'dp_accounting', 'scipy.stats') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
