@@ -313,9 +313,17 @@ def account(
         typer.Option("--epochs", help="E epochs: T = E·⌊N/B⌋, as the engine runs (or E·⌊1/q⌋)."),
     ] = None,
     delta: Annotated[float, typer.Option("--delta", help="δ for ε(δ).")] = 1e-5,
+    identify: Annotated[
+        bool,
+        typer.Option("--identify", help="Decide whether the run is exactly μ-GDP (Liu et al.)."),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead.")] = False,
 ) -> None:
-    """Accountant upper bounds for DP-SGD: ε(δ) by PLD and RDP, and the μ bracket."""
+    """Accountant upper bounds for DP-SGD: ε(δ) by PLD and RDP, the μ bracket, and ρ (q = 1).
+
+    Full batch (q = 1) is T compositions of the Gaussian mechanism: ρ = T/(2σ²)-zCDP
+    (Bun, Steinke 2016, Prop. 1.6 and Lemma 2.3). A subsampled Gaussian has no such ρ.
+    """
     import json
     import math
 
@@ -362,6 +370,12 @@ def account(
             noise_multiplier=noise_multiplier, sampling_rate=q, steps=steps
         )
         bracket = accounting.mu_bracket(event)
+        rho = steps / (2.0 * noise_multiplier**2) if q == 1.0 and noise_multiplier > 0 else None
+        identification = None
+        if identify:
+            from dpaudit.identification import identify_bracket
+
+            identification = identify_bracket(bracket, source="this DP-SGD run")
     except DpauditError as exc:
         raise fail(str(exc)) from None
     if as_json:
@@ -374,7 +388,12 @@ def account(
             "mu_bracket": {
                 k: v for k, v in bracket.to_dict().items() if k not in ("grid", "mu_values")
             },
+            "rho": rho,
         }
+        if identification is not None:
+            out["identification"] = {
+                k: v for k, v in identification.to_dict().items() if k != "bracket"
+            }
         console.print_json(json.dumps(out))
         return
     table = Table(title=f"DP-SGD: σ = {noise_multiplier:g}, q = {q:.6g}, T = {steps}")
@@ -386,7 +405,11 @@ def account(
     table.add_row(
         "μ bracket covers ε ≤", f"{bracket.epsilon_max:.3f} (beyond: δ ≤ {bracket.tail_delta:.1e})"
     )
+    if rho is not None:
+        table.add_row("ρ-zCDP (full batch)", f"{rho:.4g}")
     console.print(table)
+    if identification is not None:
+        console.print(identification.summary, markup=False)
 
 
 @app.command("plan")

@@ -137,3 +137,29 @@ def test_plan_needs_a_mechanism_or_perfect():
     assert "Give --mechanism-epsilon (Laplace), --mechanism-mu (Gaussian) or --perfect." in (
         res.output
     )
+
+
+def test_account_identifies_full_batch_as_exact_gdp_with_its_rho():
+    # q = 1, σ = 5, T = 100: exactly μ = √T/σ = 2 GDP, and ρ = T/(2σ²) = 2 zCDP.
+    res = runner.invoke(
+        app,
+        ["account", "--noise-multiplier", "5", "--sampling-rate", "1", "--steps", "100",
+         "--identify", "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["rho"] == pytest.approx(2.0)
+    assert out["identification"]["exact"] is True
+    assert out["identification"]["mu"] == pytest.approx(2.0, rel=1e-6)
+
+
+def test_account_finds_poisson_dpsgd_not_exactly_gdp():
+    res = runner.invoke(
+        app,
+        ["account", "--noise-multiplier", "1", "--sampling-rate", "0.01", "--steps", "1000",
+         "--identify", "--json"],
+    )  # fmt: skip
+    out = json.loads(res.output)
+    assert out["rho"] is None  # a subsampled Gaussian has no ρ of this form
+    assert out["identification"]["exact"] is False
+    assert out["identification"]["mu"] == pytest.approx(out["mu_bracket"]["high"])
