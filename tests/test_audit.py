@@ -286,3 +286,21 @@ def test_a_changed_data_file_never_reuses_units(tmp_path: Path) -> None:
     assert _units(same, "dpsgd")["reused"] == _units(first, "dpsgd")["total"]
     assert _units(changed, "dpsgd")["reused"] == 0
     assert changed.provenance["units"]["dpsgd"]["key"] != first.provenance["units"]["dpsgd"]["key"]
+
+
+def test_a_changed_user_mechanism_never_reuses_units(tmp_path: Path) -> None:
+    plugin = tmp_path / "my_mech.py"
+    plugin.write_text("def m(data, *, rng, size):\n    return data[0] + rng.laplace(0, 1, size)\n")
+    audit = _write(
+        tmp_path,
+        '[audit]\nname = "u"\nkinds = ["mechanism"]\n[mechanism]\nname = "my_mech:m"\n'
+        "trials = 1000\n[mechanism.claim]\nepsilon = 1.0\n",
+    )
+    first = run_audit(audit, output_dir=tmp_path / "r", write=False)
+    plugin.write_text("def m(data, *, rng, size):\n    return data[0] + rng.laplace(0, 2, size)\n")
+    changed = run_audit(audit, output_dir=tmp_path / "r", write=False)
+    assert _units(changed, "mechanism")["reused"] == 0
+    assert (
+        changed.provenance["units"]["mechanism"]["key"]
+        != first.provenance["units"]["mechanism"]["key"]
+    )

@@ -24,6 +24,7 @@ from dpaudit.kinds.base import (
     Outputs,
     RunContext,
     UnitPlan,
+    plugin_digest,
     unit_index,
 )
 from dpaudit.sections import ClaimSection, Positive, Table
@@ -376,7 +377,13 @@ class MechanismKind(AuditKind[MechanismSection]):
             fn=mechanism_unit,
             spec=spec,
             units=tuple(f"mechanism-{i:05d}" for i in range(n)),
-            key_data=spec.model_dump(mode="json", exclude={"base_dir"}),
+            key_data={
+                **spec.model_dump(mode="json", exclude={"base_dir"}),
+                # a user mechanism's code is part of what its units are
+                "mechanism_file": plugin_digest(section.name, context)
+                if ":" in section.name
+                else None,
+            },
             description="sampling mechanism",
         )
 
