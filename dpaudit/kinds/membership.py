@@ -332,6 +332,9 @@ def _heuristic(s: _Scored, *, delta: float, c: float) -> tuple[EpsilonBound | No
 def _summarise_one(
     s: _Scored, context: RunContext, *, level: float, rigorous: bool
 ) -> tuple[TestSummary, list[Comparison]]:
+    """One attack on one target, own or brought: its test, its one-run bound (held against
+    the accountant's ε, at the verdict's ``level``, when dpaudit trained the target with
+    DP-SGD) and the heuristic bound that treats rows as independent trials."""
     from dpaudit.membership import DEFAULT_GUESS_FRACTION, one_run_bound
     from dpaudit.results import Comparison, score_summary, theory_curves
 
@@ -555,58 +558,12 @@ def _summarise_brought(
                 "target": target,
             },
         )
-        test, comps = _summarise_brought_one(scored, context, rigorous=t.membership_by_coin)
+        # No upper bound: every bound at c, none in the verdict.
+        level = context.confidence_level
+        test, comps = _summarise_one(scored, context, level=level, rigorous=t.membership_by_coin)
         tests.append(test)
         comparisons += comps
     return KindSummary(tuple(tests), tuple(comparisons), (), tuple(warnings))
-
-
-def _summarise_brought_one(
-    s: _Scored, context: RunContext, *, rigorous: bool
-) -> tuple[TestSummary, list[Comparison]]:
-    """Like :func:`_summarise_one`; a heuristic μ failure adds no note here."""
-    from dpaudit.bounds import epsilon_lower_bound
-    from dpaudit.membership import DEFAULT_GUESS_FRACTION, one_run_bound
-    from dpaudit.results import Comparison, score_summary
-
-    c, delta = context.confidence_level, context.delta
-    summary = score_summary(
-        s.test_id,
-        s.label,
-        s.scores[~s.membership],
-        s.scores[s.membership],
-        confidence_level=c,
-        hypotheses=("non-member", "member"),
-    )
-    one_run = one_run_bound(
-        s.scores,
-        s.membership,
-        guesses_per_side=max(1, int(DEFAULT_GUESS_FRACTION * s.scores.size)),
-        delta=delta,
-        confidence_level=c,
-    )
-    if not rigorous:
-        # Without fair coins the one-run theorem's premise fails (Steinke et al. 2023,
-        # §3): the same count is only a description of the attack.
-        one_run = dataclasses.replace(one_run, validity="heuristic")
-    comparisons = [Comparison(s.label, "epsilon", one_run, None, "none", False)]
-    attack = dict(s.details["attack"])
-    try:
-        # Rows share one trained model, so they are not independent trials: heuristic.
-        heuristic = epsilon_lower_bound(
-            s.scores[~s.membership],
-            s.scores[s.membership],
-            delta=delta,
-            confidence_level=c,
-            threshold="split",
-            seed=context.seed,
-            validity="heuristic",
-        )
-    except InsufficientTrialsError as exc:
-        attack["notes"] = [*attack["notes"], f"heuristic epsilon: {exc}"]
-    else:
-        comparisons.append(Comparison(s.label, "epsilon", heuristic, None, "none", False))
-    return summary.with_details(attack=attack, target=s.details["target"]), comparisons
 
 
 def _coin_note(by_coin: bool) -> str:
