@@ -18,10 +18,14 @@ Without a bias, G_W fixes x only up to a scalar t (its direction, ±). The scale
 from the other layers and the loss: for a ReLU network without biases f(tx) = t f(x)
 (positive homogeneity), so with the squared loss every gradient entry is
 s = (t f(u) − y)·t times a known function of the unit direction u, and t solves the
-quadratic f(u)t² − yt − s = 0: at most two candidates, not always one. For a smooth
-non-homogeneous σ (tanh) the scale is generically unique but has no closed form. The
-optimisation attack recovers x to 1e-3 in normalised RMSE in both cases when the
-quadratic's roots are told apart by the remaining gradient entries (tested).
+quadratic f(u)t² − yt − s = 0. Its roots multiply to −s/f(u): when both are positive
+(x and x' = c·x with c = (y − f(x))/f(x) > 0) the two inputs give the SAME gradient,
+every entry of it, and no attack can choose (planted in the tests); otherwise the positive
+root is x's scale. So without bias B = 1 determines x up to at most two candidates, not
+always one. For a smooth non-homogeneous σ (tanh) the scale is generically unique but has
+no closed form. The optimisation attack reaches a median normalised RMSE below 1e-3 with
+and without bias, ReLU and tanh (tested; single ReLU examples can stay trapped in a wrong
+activation pattern).
 
 Pure numpy for the metrics and the game's bound; torch is imported inside the functions
 that differentiate (loading an audit file stays light).

@@ -20,6 +20,7 @@ handed to the accountant (:func:`dpaudit.upper_bounds.from_records`).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -290,6 +291,8 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
         *,
         level: float,
     ) -> KindSummary:
+        from dpaudit.reconstruction import load_digits_images
+
         tests = [
             self._defence_test(section, context, i, outputs) for i in range(len(section.defences))
         ]
@@ -300,7 +303,9 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
             tests.append(test)
             comparisons.append(comparison)
             warnings += warning
-        return KindSummary(tuple(tests), tuple(comparisons), (), tuple(warnings), "sklearn:digits")
+        images = load_digits_images()[0]
+        data_hash = hashlib.sha256(np.ascontiguousarray(images).tobytes()).hexdigest()
+        return KindSummary(tuple(tests), tuple(comparisons), (), tuple(warnings), data_hash)
 
     def _defence_test(
         self, section: ReconstructionSection, context: RunContext, i: int, outputs: Outputs
