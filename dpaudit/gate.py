@@ -21,8 +21,9 @@ from dpaudit.sections import GateSection
 #: Which kinds measure what each policy needs (for the not-evaluated message).
 _MEASURED_BY = {
     "fail_on_violation": (
-        "a bound held against an upper bound: the mechanism or dpsgd kind, or the "
-        "membership kind on a DP target dpaudit trains"
+        "a bound held against an upper bound: the mechanism or dpsgd kind, the "
+        "membership kind on a DP target dpaudit trains, or the reconstruction kind's "
+        "identification game"
     ),
     "max_epsilon_lower_bound": (
         "a rigorous ε lower bound: the mechanism, dpsgd or membership kind (own targets, "
