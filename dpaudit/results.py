@@ -76,6 +76,20 @@ class Comparison:
         return self.lower.value / self.upper
 
     @property
+    def limit_of_detection(self) -> float | None:
+        """The largest value this bound's design could certify: a perfect attack's bound
+        with the same trials (or canaries and guesses), δ and confidence
+        (:func:`dpaudit.planning.limit_for_bound`); ``None`` when the bound carries no
+        counts to read the design from. A null result proves nothing above it."""
+        from dpaudit.errors import DpauditError
+        from dpaudit.planning import limit_for_bound
+
+        try:
+            return limit_for_bound(self.lower).value
+        except DpauditError:
+            return None
+
+    @property
     def violation(self) -> bool:
         return (
             self.in_verdict
@@ -92,6 +106,7 @@ class Comparison:
             "upper": _finite(self.upper),
             "upper_source": self.upper_source,
             "tightness": _finite(self.tightness),
+            "limit_of_detection": _finite(self.limit_of_detection),
             "violation": self.violation,
             "in_verdict": self.in_verdict,
             "validity_meaning": VALIDITY_MEANING[self.lower.validity],

@@ -672,3 +672,30 @@ def test_a_check_not_evaluated_says_so(tmp_path: Path) -> None:
     run_audit(audit, output_dir=tmp_path / "r")
     html = (tmp_path / "r" / "report.html").read_text()
     assert '<span class="tag warn">not evaluated</span>' in html
+
+
+def test_every_bound_carries_its_limit_of_detection_and_a_null_headline_names_it(
+    tmp_path: Path,
+) -> None:
+    # A perfect attack's bound with the same design is the limit (dpaudit.planning); a
+    # randomized-response audit with p = 0.5 leaks nothing, so its headline must say what
+    # the design could have certified at most, not that the mechanism is private.
+    from dpaudit.planning import limit_for_bound
+
+    audit = tmp_path / "a.toml"
+    audit.write_text(
+        '[audit]\nname = "null"\nkinds = ["mechanism"]\n'
+        '[mechanism]\nname = "randomized-response"\np = 0.5\ntrials = 4000\n'
+        "[mechanism.claim]\nepsilon = 1.0\n"
+    )
+    result = run_audit(audit, output_dir=tmp_path / "r")
+    data = json.loads((tmp_path / "r" / "results.json").read_text())
+    for comparison, row in zip(result.comparisons, data["bounds"], strict=True):
+        assert row["limit_of_detection"] == pytest.approx(limit_for_bound(comparison.lower).value)
+        assert row["limit_of_detection"] > row["lower"]["value"]
+    eps_limit = data["bounds"][0]["limit_of_detection"]
+    html = (tmp_path / "r" / "report.html").read_text()
+    assert "no evidence of leakage above 0" in html
+    assert "even a perfect attack could certify at most ε =" in html
+    assert "private" not in html.lower().replace("differential privacy", "")
+    assert f"{eps_limit:.3g}"[:3] in html

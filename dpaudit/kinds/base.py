@@ -185,6 +185,14 @@ class AuditKind(ABC, Generic[S]):
         """Turn stored unit outputs into tests and comparisons (in-verdict ones at ``level``)."""
 
 
+def null_result_warning(label: str, design: str, limit: float | None) -> str:
+    """What a null result says: no evidence above 0 at this budget, never "private"."""
+    text = f"{label}: no lower bound exceeds 0 with {design}: no evidence of leakage above 0"
+    if limit is not None:
+        text += f"; with these trials even a perfect attack could certify at most ε = {limit:.3g}"
+    return text + " (a null result is not a proof of privacy)."
+
+
 def unit_index(unit: str) -> int:
     """The trailing number of a unit name such as ``mechanism-00003``."""
     try:

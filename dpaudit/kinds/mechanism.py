@@ -24,15 +24,15 @@ from dpaudit.kinds.base import (
     Outputs,
     RunContext,
     UnitPlan,
+    null_result_warning,
     plugin_digest,
     unit_index,
 )
 from dpaudit.sections import ClaimSection, Positive, Table
 
 if TYPE_CHECKING:  # loaded where used: validating a file stays fast
-    from dpaudit.mechanisms import (
-        Mechanism,
-    )
+    from dpaudit.bounds import EpsilonBound
+    from dpaudit.mechanisms import Mechanism
     from dpaudit.upper_bounds import UpperBound
 
 BUILTIN_MECHANISMS = (
@@ -453,10 +453,7 @@ class MechanismKind(AuditKind[MechanismSection]):
         )
         warnings = []
         if eps_lb.value == 0.0 and mu_lb.value == 0.0:
-            warnings.append(
-                f"{label}: no lower bound exceeds 0 with {neg.size} trials per hypothesis; "
-                "the audit cannot tell this mechanism from a perfectly private one."
-            )
+            warnings.append(_null_warning(label, f"{neg.size} trials per hypothesis", eps_lb))
         distance = mech.parameters.get("distance")
         if distance is not None and distance > mech.parameters["sensitivity"] * (1 + 1e-12):
             warnings.append(
@@ -471,3 +468,14 @@ class MechanismKind(AuditKind[MechanismSection]):
 
 
 KIND = MechanismKind()
+
+
+def _null_warning(label: str, design: str, bound: EpsilonBound) -> str:
+    from dpaudit.errors import DpauditError
+    from dpaudit.planning import limit_for_bound
+
+    try:
+        limit: float | None = limit_for_bound(bound).value
+    except DpauditError:
+        limit = None
+    return null_result_warning(label, design, limit)

@@ -254,8 +254,17 @@ def _headline(rows: list[dict[str, Any]], tests: list[dict[str, Any]]) -> list[d
                     "violation": bool(best.get("violation")),
                     "tightness": best.get("tightness"),
                     "against": _against(best),
-                    # For "no evidence of leakage": how many bounds were looked at.
+                    # For "no evidence of leakage": how many bounds were looked at, and
+                    # the most any of their designs could have certified.
                     "count": len(found),
+                    "limit": max(
+                        (
+                            r.get("limit_of_detection")
+                            for r in found
+                            if isinstance(r.get("limit_of_detection"), int | float)
+                        ),
+                        default=None,
+                    ),
                     "sources": len({r["source"] for r in found if r["source"]}),
                     "all_validity": (
                         HEADLINE_VALIDITY.get(found[0]["validity"], found[0]["validity"])
