@@ -629,7 +629,7 @@ class DpsgdKind(AuditKind[DpsgdSection]):
                 )
             tests.append(_many_run_test(s, upper, neg, pos, mu_lb, context.confidence_level))
             if eps_lb.value == 0.0 and mu_lb.value == 0.0:
-                warnings.append(_null_warning(label, f"{neg.size} models per arm", eps_lb))
+                warnings.append(null_result_warning(label, f"{neg.size} models per arm", eps_lb))
         if one is not None:
             comparisons.append(_one_run_comparison(one, s, delta=delta, level=level))
         return KindSummary(tuple(tests), tuple(comparisons), (), tuple(warnings), _data_hash(s))
@@ -713,14 +713,3 @@ def run_dpsgd_from_section(
     budget = VerdictBudget(confidence_level, KIND.comparisons(section, context, outputs))
     summary = KIND.summarise(section, context, outputs, level=budget.level)
     return DpsgdOutcome(summary.tests, summary.comparisons, summary.warnings, stats)
-
-
-def _null_warning(label: str, design: str, bound: EpsilonBound) -> str:
-    from dpaudit.errors import DpauditError
-    from dpaudit.planning import limit_for_bound
-
-    try:
-        limit: float | None = limit_for_bound(bound).value
-    except DpauditError:
-        limit = None
-    return null_result_warning(label, design, limit)

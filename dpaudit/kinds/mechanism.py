@@ -31,7 +31,6 @@ from dpaudit.kinds.base import (
 from dpaudit.sections import ClaimSection, Positive, Table
 
 if TYPE_CHECKING:  # loaded where used: validating a file stays fast
-    from dpaudit.bounds import EpsilonBound
     from dpaudit.mechanisms import Mechanism
     from dpaudit.upper_bounds import UpperBound
 
@@ -453,7 +452,7 @@ class MechanismKind(AuditKind[MechanismSection]):
         )
         warnings = []
         if eps_lb.value == 0.0 and mu_lb.value == 0.0:
-            warnings.append(_null_warning(label, f"{neg.size} trials per hypothesis", eps_lb))
+            warnings.append(null_result_warning(label, f"{neg.size} trials per hypothesis", eps_lb))
         distance = mech.parameters.get("distance")
         if distance is not None and distance > mech.parameters["sensitivity"] * (1 + 1e-12):
             warnings.append(
@@ -468,14 +467,3 @@ class MechanismKind(AuditKind[MechanismSection]):
 
 
 KIND = MechanismKind()
-
-
-def _null_warning(label: str, design: str, bound: EpsilonBound) -> str:
-    from dpaudit.errors import DpauditError
-    from dpaudit.planning import limit_for_bound
-
-    try:
-        limit: float | None = limit_for_bound(bound).value
-    except DpauditError:
-        limit = None
-    return null_result_warning(label, design, limit)
