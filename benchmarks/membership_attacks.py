@@ -18,6 +18,20 @@ Run:  .venv/bin/python benchmarks/membership_attacks.py [--seed 0] [--repeats 1]
    ONE set of 64 reference models on both targets, with the time of that shared pass
    against LiRA alone, each attack's one-run ε bound, and the one-run limit of detection
    (every guess right) of this design beside it.
+5. ``--grid`` (runs only this): 5 seeds × {statsmodels:fair, sklearn:digits} × K ∈ {16, 64}
+   reference models. Per seed a non-private target (fair: the recipe above; digits: MLP
+   with 64 hidden units, 100 epochs, expected batch 32, learning rate 0.05, momentum 0.9,
+   the recipe of audits/byo-sklearn.toml, which mirrors its scikit-learn model), 1,000
+   audited rows with fair coins, and ONE reference set of K models scoring every LiRA
+   variant and RMIA (the loss attack as a baseline). Prints, per cell, the median and
+   [min, max] over seeds of TPR at 1 % and 0.1 % FPR and of AUC, marks the best variant
+   (highest median), and says whether the configured default attack (the membership
+   kind's ``headline``, else the reference attack in its default ``attacks``) is within
+   the best variant's seed range: the default's median lies in [min, max] of the best
+   variant's seeds. CPU seconds (``time.process_time``, one torch thread), wall time and
+   load average per cell.
+
+   .venv/bin/python benchmarks/membership_attacks.py --grid [--grid-seeds 5] [--grid-json F]
 """
 
 from __future__ import annotations
@@ -29,6 +43,7 @@ import resource
 import statistics
 import time
 
+import numpy as np
 import torch
 
 from dpaudit import accounting
@@ -102,7 +117,17 @@ def main() -> None:
     parser.add_argument(
         "--variants", action="store_true", help="LiRA variants and RMIA from one reference set"
     )
+    parser.add_argument(
+        "--grid",
+        action="store_true",
+        help="only the seeds x datasets x K grid of every LiRA variant and RMIA (section 5)",
+    )
+    parser.add_argument("--grid-seeds", type=int, default=5, help="seeds 0..N-1 of --grid")
+    parser.add_argument("--grid-json", default=None, help="write --grid's per-seed values here")
     args = parser.parse_args()
+    if args.grid:
+        run_grid(seeds=range(args.grid_seeds), json_path=args.grid_json)
+        return
     print(f"torch threads: {torch.get_num_threads()}")
     ds = load_dataset("statsmodels:fair", sensitive=SENSITIVE)
 
@@ -287,6 +312,251 @@ def show_variants(target, *, seed: int, label: str, accountant_epsilon: float | 
             f"  {name:20s} {m.auc:.4f} [{m.auc_interval.low:.3f},{m.auc_interval.high:.3f}]"
             f" {tprs[0]:8.3f} {tprs[1]:8.3f} {tprs[2]:8.3f} {bound.value:11.3f}"
         )
+
+
+# ----------------------------------------------------------------------------- 5. grid
+
+#: The non-private target recipe of each dataset in the grid: (load_dataset options,
+#: architecture, training). fair: the recipe of sections 1-4; digits: the recipe of
+#: audits/byo-sklearn.toml (MLP 64, 100 epochs, batch 32, lr 0.05, momentum 0.9), which
+#: mirrors the scikit-learn MLP of scripts/make_byo_sklearn.py and fits its ~500 members
+#: perfectly (train accuracy 1.0) while generalising less well (the membership signal).
+GRID_RECIPES: dict[str, tuple[dict[str, str], ModelSpec, TrainingSpec]] = {
+    "statsmodels:fair": ({"sensitive": SENSITIVE}, MODEL, PLAIN),
+    "sklearn:digits": (
+        {},
+        ModelSpec(kind="mlp", hidden=(64,)),
+        TrainingSpec(epochs=100, batch_size=32, learning_rate=0.05, momentum=0.9),
+    ),
+}
+GRID_KS = (16, 64)
+#: (label, target FPR or None for AUC): the three metrics of every cell.
+GRID_METRICS = (("TPR@1%", 0.01), ("TPR@0.1%", 0.001), ("AUC", None))
+#: The named variants compared (``"lira"``, the configurable attack, duplicates one of
+#: them: online, variance "auto"); the loss attack is shown as a baseline only.
+GRID_CANDIDATES = VARIANTS[1:]
+
+
+def configured_default() -> str:
+    """The attack the membership kind's defaults put in the headline (and so the gate).
+
+    ``[membership] headline`` when its default is set; otherwise every default attack's
+    bound enters the verdict, and the reference-model attack among them (LiRA) is the one
+    whose choice of variant is in question.
+    """
+    from dpaudit.kinds.membership import REFERENCE_ATTACKS, MembershipSection
+
+    section = MembershipSection()
+    if section.headline is not None:
+        return section.headline
+    return next((a for a in section.attacks if a in REFERENCE_ATTACKS), section.attacks[0])
+
+
+def _default_equivalent(name: str, k: int) -> str:
+    """The named variant that ``name`` computes with K reference models (itself if none)."""
+    from dpaudit.attacks import LIRA_VARIANTS, LiraAttack
+
+    if name != "lira":
+        return name
+    attack = LiraAttack(num_reference_models=k)
+    for variant, options in LIRA_VARIANTS.items():
+        if options == {"variant": attack.variant, "variance": attack.resolved_variance()}:
+            return variant
+    return name
+
+
+def grid_cell_scores(target, *, k: int, seed: int) -> dict[str, np.ndarray]:
+    """Scores of the audited rows by the loss attack and, from ONE reference set of ``k``
+    models (the set the kind's default ``["loss", "shadow", "lira"]`` would train: the
+    seed of position 2), by every LiRA variant and RMIA."""
+    from dpaudit.attacks import LossAttack, get_attack, score_with_shared_references
+    from dpaudit.membership import attack_seed
+
+    context = target.context()
+    X, y = target.audited_X, target.audited_y
+    names = list(VARIANTS)
+    attacks = [get_attack(name, num_reference_models=k) for name in names]
+    scores = score_with_shared_references(context, X, y, attacks, seed=attack_seed(seed, 2))
+    out = {"loss": np.asarray(LossAttack().score(context, X, y, seed=attack_seed(seed, 0)))[0]}
+    for name, s in zip(names, scores, strict=True):
+        out[name] = np.asarray(s, dtype=np.float64)[0]
+    return out
+
+
+def grid_metrics(scores: np.ndarray, coins: np.ndarray) -> dict[str, float]:
+    """TPR at 1 % and 0.1 % FPR and AUC of one attack's scores (members = coins)."""
+    from dpaudit.tradeoff import membership_metrics
+
+    fprs = tuple(f for _, f in GRID_METRICS if f is not None)
+    m = membership_metrics(scores[~coins], scores[coins], fprs=fprs)
+    tpr = {r.target_fpr: r.tpr for r in m.tpr_at_fpr}
+    return {label: (m.auc if f is None else tpr[f]) for label, f in GRID_METRICS}
+
+
+def run_grid(*, seeds: range, json_path: str | None) -> None:
+    """Section 5: the seeds × datasets × K grid, a markdown table per (dataset, K)."""
+    import json
+
+    torch.set_num_threads(1)
+    default = configured_default()
+    print(
+        f"torch threads: {torch.get_num_threads()}; configured default attack: {default!r}; "
+        f"seeds {list(seeds)}; audited rows {AUDITED} per target"
+    )
+    # values[dataset][k][attack][metric] = one value per seed
+    values: dict[str, dict[int, dict[str, dict[str, list[float]]]]] = {}
+    cost: list[dict[str, float | int | str]] = []
+    for dataset_name, (options, model, training) in GRID_RECIPES.items():
+        ds = load_dataset(dataset_name, **options)
+        values[dataset_name] = {k: {} for k in GRID_KS}
+        for seed in seeds:
+            load0 = os.getloadavg()[0]
+            c0, t0 = time.process_time(), time.perf_counter()
+            target = prepare_target(
+                ds, model=model, training=training, audited_size=AUDITED, seed=seed
+            )
+            c_target, t_target = time.process_time() - c0, time.perf_counter() - t0
+            coins = target.membership
+            acc = _accuracies(target)
+            for k in GRID_KS:
+                c1, t1 = time.process_time(), time.perf_counter()
+                scores = grid_cell_scores(target, k=k, seed=seed)
+                for name, row in scores.items():
+                    per = values[dataset_name][k].setdefault(name, {})
+                    for label, v in grid_metrics(row, coins).items():
+                        per.setdefault(label, []).append(v)
+                cost.append(
+                    {
+                        "dataset": dataset_name,
+                        "seed": seed,
+                        "k": k,
+                        "cpu_s": time.process_time() - c1,
+                        "wall_s": time.perf_counter() - t1,
+                        "target_cpu_s": c_target,
+                        "target_wall_s": t_target,
+                        "load_before": load0,
+                        "load_after": os.getloadavg()[0],
+                    }
+                )
+                print(
+                    f"  {dataset_name} seed {seed} K={k}: members {int(coins.sum())}, "
+                    f"accuracy members {acc[0]:.3f} non-members {acc[1]:.3f}; target "
+                    f"{c_target:.1f} s CPU; {len(VARIANTS)} attacks from one reference set "
+                    f"{cost[-1]['cpu_s']:.1f} s CPU, {cost[-1]['wall_s']:.1f} s wall; "
+                    f"load {load0:.1f} -> {cost[-1]['load_after']:.1f}",
+                    flush=True,
+                )
+    verdicts = []
+    for dataset_name, per_k in values.items():
+        for k, per_attack in per_k.items():
+            verdicts += show_grid_cell(dataset_name, k, per_attack, default=default)
+    print("\n### Is the configured default within the best variant's seed range?\n")
+    print(
+        "| dataset | K | metric | default (= variant) median "
+        "| best variant: median [min, max] | within |"
+    )
+    print("|---|---|---|---|---|---|")
+    for v in verdicts:
+        print(
+            f"| {v['dataset']} | {v['k']} | {v['metric']} | {v['default']} (= {v['equivalent']}) "
+            f"{v['default_median']:.3f} | {v['best']}: {v['best_median']:.3f} "
+            f"[{v['best_min']:.3f}, {v['best_max']:.3f}] | {'yes' if v['within'] else 'NO'} |"
+        )
+    missed = [v for v in verdicts if not v["within"]]
+    print(
+        f"\nDefault within the best variant's seed range in {len(verdicts) - len(missed)} of "
+        f"{len(verdicts)} cells."
+    )
+    everywhere = [
+        name for name in GRID_CANDIDATES if all(name in v["within_range"] for v in verdicts)
+    ]
+    print(f"Variants within the best's seed range in every cell: {everywhere or 'none'}")
+    cpu = [c["cpu_s"] + c["target_cpu_s"] / len(GRID_KS) for c in cost]
+    attacks_cpu = sum(float(c["cpu_s"]) for c in cost)
+    targets_cpu = sum(float(c["target_cpu_s"]) for c in cost) / len(GRID_KS)
+    print(
+        f"Cost: {len(cost)} cells, CPU {attacks_cpu:.1f} s for the "
+        f"reference sets and attacks + {targets_cpu:.1f} s "
+        f"for the targets (1 thread); per cell median {statistics.median(cpu):.1f} s CPU; "
+        f"wall {sum(float(c['wall_s']) for c in cost):.1f} s; load average "
+        f"{min(float(c['load_before']) for c in cost):.1f}-"
+        f"{max(float(c['load_after']) for c in cost):.1f}"
+    )
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(
+                {
+                    "default": default,
+                    "seeds": list(seeds),
+                    "values": {d: {str(k): a for k, a in pk.items()} for d, pk in values.items()},
+                    "verdicts": verdicts,
+                    "cost": cost,
+                },
+                f,
+                indent=1,
+            )
+        print(f"per-seed values written to {json_path}")
+
+
+def _accuracies(target) -> tuple[float, float]:
+    from dpaudit.attacks.base import stack_logits
+
+    pred = stack_logits(target.models, target.audited_X)[0].argmax(axis=-1)
+    correct = pred == target.audited_y
+    coins = target.membership
+    return float(correct[coins].mean()), float(correct[~coins].mean())
+
+
+def show_grid_cell(
+    dataset_name: str, k: int, per_attack: dict[str, dict[str, list[float]]], *, default: str
+) -> list[dict]:
+    """One (dataset, K) table; returns, per metric, whether the default is within range."""
+    equivalent = _default_equivalent(default, k)
+    best = {}
+    for label, _ in GRID_METRICS:
+        # Highest median over seeds; a tie goes to the earlier variant in GRID_CANDIDATES.
+        best[label] = max(GRID_CANDIDATES, key=lambda a: statistics.median(per_attack[a][label]))
+    n = len(next(iter(per_attack.values()))[GRID_METRICS[0][0]])
+    print(f"\n#### {dataset_name}, K = {k} ({n} seeds; median [min, max]; * best median)\n")
+    print("| attack | " + " | ".join(label for label, _ in GRID_METRICS) + " |")
+    print("|---|" + "---|" * len(GRID_METRICS))
+    for name in ("loss", *VARIANTS):
+        cells = []
+        for label, _ in GRID_METRICS:
+            xs = per_attack[name][label]
+            star = "*" if name == best[label] else ""
+            cells.append(f"{statistics.median(xs):.3f}{star} [{min(xs):.3f}, {max(xs):.3f}]")
+        tag = ""
+        if name == "loss":
+            tag = " (baseline)"
+        elif name == default or (default != equivalent and name == equivalent):
+            tag = " (default)" if name == default else f" (= {default})"
+        print(f"| {name}{tag} | " + " | ".join(cells) + " |")
+    out = []
+    for label, _ in GRID_METRICS:
+        b = per_attack[best[label]][label]
+        low, high = min(b), max(b)
+        within_range = [
+            a for a in GRID_CANDIDATES if low <= statistics.median(per_attack[a][label]) <= high
+        ]
+        d = statistics.median(per_attack[default][label])
+        out.append(
+            {
+                "dataset": dataset_name,
+                "k": k,
+                "metric": label,
+                "default": default,
+                "equivalent": equivalent,
+                "default_median": d,
+                "best": best[label],
+                "best_median": statistics.median(b),
+                "best_min": low,
+                "best_max": high,
+                "within": low <= d <= high,
+                "within_range": within_range,
+            }
+        )
+    return out
 
 
 if __name__ == "__main__":
