@@ -263,6 +263,75 @@ def _compute_units(
     return stored
 
 
+@dataclass(frozen=True)
+class TrialCost:
+    """What one more trial (model) per arm of a kind costs on this machine, measured.
+
+    Two calibration runs of the kind's own units (``trials[0]`` and ``trials[1]`` per
+    arm, same file otherwise) give a line: ``fixed`` seconds (data, set-up) plus
+    ``per_trial`` seconds per trial per arm. Wall and CPU seconds are both kept: the
+    machine may be shared, and CPU time is what the work itself costs.
+    """
+
+    kind: str
+    trials: tuple[int, int]
+    wall: tuple[float, float]
+    cpu: tuple[float, float]
+
+    def _line(self, seconds: tuple[float, float], trials_per_arm: int) -> float:
+        (n0, n1), (t0, t1) = self.trials, seconds
+        per_trial = max(t1 - t0, 0.0) / (n1 - n0)
+        fixed = max(t0 - per_trial * n0, 0.0)
+        return fixed + per_trial * trials_per_arm
+
+    def wall_seconds(self, trials_per_arm: int) -> float:
+        """Expected wall time of an audit with ``trials_per_arm`` (linear extrapolation)."""
+        return self._line(self.wall, trials_per_arm)
+
+    def cpu_seconds(self, trials_per_arm: int) -> float:
+        """Expected CPU time (all threads of this process) with ``trials_per_arm``."""
+        return self._line(self.cpu, trials_per_arm)
+
+
+def measure_trial_cost(
+    config: AuditConfig, kind: str | None = None, *, trials: tuple[int, int] = (200, 400)
+) -> TrialCost:
+    """Time the whole audit of one kind of ``config`` at two trial counts.
+
+    After one untimed warm-up run, each calibration run is :func:`run_audit` end to end
+    (units, every bound, the gate) on the file with only that kind, its ``trials`` set to
+    the count and any one-run part (``[dpsgd.one_run]``) left out, in a temporary folder
+    that is removed afterwards; the line through the two timings is the cost of the
+    multi-run audit.
+
+    Raises:
+        DpauditError: the kind is not in the file or counts no trials.
+    """
+    name = kind or config.audit.kinds[0]
+    if name not in config.audit.kinds:
+        raise DpauditError(f"kind {name!r} is not in this audit file's kinds {config.audit.kinds}")
+    section = config.section(name)
+    if "trials" not in type(section).model_fields:
+        raise DpauditError(
+            f"kind {name!r} has no 'trials' to plan; planning times the kinds with trials "
+            "(mechanism, dpsgd)"
+        )
+    walls, cpus = [], []
+    # The first run warms up (imports, data loading caches, allocator) and is not timed.
+    for i, n in enumerate((trials[0], *trials)):
+        update: dict[str, Any] = {"trials": n}
+        if "one_run" in type(section).model_fields:
+            update["one_run"] = None
+        calibration = config.with_section(name, **update).only_kind(name)
+        with tempfile.TemporaryDirectory(prefix="dpaudit-plan-") as tmp:
+            w0, c0 = time.perf_counter(), time.process_time()
+            run_audit(calibration, output_dir=tmp, write=False)
+            if i:
+                walls.append(time.perf_counter() - w0)
+                cpus.append(time.process_time() - c0)
+    return TrialCost(name, trials, (walls[0], walls[1]), (cpus[0], cpus[1]))
+
+
 def _allocate_budget(
     config: AuditConfig, stored: dict[str, _Stored]
 ) -> tuple[VerdictBudget, dict[str, int]]:
@@ -330,4 +399,4 @@ def _library_versions() -> dict[str, str | None]:
     return out
 
 
-__all__ = ["AuditResult", "DpauditError", "run_audit"]
+__all__ = ["AuditResult", "DpauditError", "TrialCost", "measure_trial_cost", "run_audit"]

@@ -14,7 +14,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.console import Console
@@ -165,6 +165,8 @@ class PlainProgress:
 
 def _duration(seconds: float) -> str:
     seconds = max(0.0, seconds)
+    if seconds < 9.5:
+        return f"{seconds:.1g} s" if seconds < 1 else f"{seconds:.0f} s"
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 5400:
@@ -415,6 +417,12 @@ def account(
 @app.command("plan")
 def plan_command(
     target: Annotated[float, typer.Option("--target", help="The ε (or μ) to certify.")],
+    audit_file: Annotated[
+        Path | None,
+        typer.Argument(
+            help="An audit file whose kind is timed on this machine to estimate the wall time.",
+        ),
+    ] = None,
     mechanism_epsilon: Annotated[
         float | None,
         typer.Option("--mechanism-epsilon", help="ε of the Laplace mechanism audited."),
@@ -425,31 +433,82 @@ def plan_command(
     perfect: Annotated[
         bool, typer.Option("--perfect", help="An attack that makes no error (the design's limit).")
     ] = False,
+    design: Annotated[
+        str, typer.Option("--design", help="multi-run (trials per arm) or one-run (guesses).")
+    ] = "multi-run",
+    guess_accuracy: Annotated[
+        float | None,
+        typer.Option("--guess-accuracy", help="one-run: the fraction of guesses right."),
+    ] = None,
+    canaries_per_guess: Annotated[
+        int, typer.Option("--canaries-per-guess", help="one-run: canaries m per guess r.")
+    ] = 1,
+    kind: Annotated[
+        str | None, typer.Option("--kind", help="The kind of AUDIT_FILE to time.")
+    ] = None,
     parameter: Annotated[str, typer.Option("--parameter", help="epsilon or mu.")] = "epsilon",
     delta: Annotated[float, typer.Option("--delta", help="δ of an ε bound.")] = 0.0,
     confidence_level: Annotated[float, typer.Option("--confidence-level")] = 0.95,
     threshold: Annotated[str, typer.Option("--threshold", help="split or bonferroni.")] = "split",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead.")] = False,
 ) -> None:
-    """Trials per arm an ideal attack needs to certify --target at this confidence.
+    """Trials per arm (or one-run guesses) an ideal attack needs to certify --target.
 
     The ideal attack has the rates of the mechanism's own trade-off curve (Laplace with
     --mechanism-epsilon, Gaussian with --mechanism-mu), or none at all with --perfect.
+    With AUDIT_FILE, its kind (mechanism or dpsgd) is run twice on a few trials in a
+    temporary folder and the expected wall time of the planned audit is extrapolated.
     """
     import json
 
-    from dpaudit.planning import plan_trials
+    from dpaudit.planning import ideal_guess_accuracy, plan_one_run, plan_trials
 
-    tradeoff: Literal["laplace", "gaussian", "perfect"]
-    if perfect:
-        tradeoff = "perfect"
-    elif mechanism_mu is not None:
-        tradeoff = "gaussian"
-    elif mechanism_epsilon is not None:
-        tradeoff = "laplace"
-    else:
-        raise fail("Give --mechanism-epsilon (Laplace), --mechanism-mu (Gaussian) or --perfect.")
+    if design not in ("multi-run", "one-run"):
+        raise fail(f"--design must be 'multi-run' or 'one-run'. Got {design!r}.")
+    given = [perfect, mechanism_mu is not None, mechanism_epsilon is not None]
+    if design == "one-run":
+        given.append(guess_accuracy is not None)
+    if sum(given) != 1:
+        what = ", --guess-accuracy" if design == "one-run" else ""
+        raise fail(
+            f"Give exactly one of --mechanism-epsilon (Laplace), --mechanism-mu (Gaussian), "
+            f"--perfect{what}."
+        )
+    if design == "one-run" and audit_file is not None:
+        raise fail("timing AUDIT_FILE is for --design multi-run; a one-run audit is one run")
     try:
+        if design == "one-run":
+            accuracy = (
+                1.0
+                if perfect
+                else guess_accuracy
+                if guess_accuracy is not None
+                else ideal_guess_accuracy(
+                    mechanism_epsilon=mechanism_epsilon, mechanism_mu=mechanism_mu
+                )
+            )
+            one = plan_one_run(
+                target,
+                delta,
+                confidence_level,
+                accuracy=accuracy,
+                canaries_per_guess=canaries_per_guess,
+            )
+            if as_json:
+                console.print_json(json.dumps(one.to_dict()))
+                return
+            console.print(
+                f"{one.guesses} guesses on {one.canaries} canaries: an attack right on "
+                f"{one.accuracy:.4g} of its guesses is expected to certify ε ≥ "
+                f"{one.expected_value:.4g} (target {one.target:g}) at {one.confidence_level:g} "
+                f"confidence, δ = {one.delta:g}; every guess right would certify "
+                f"{one.limit:.4g} (the design's limit of detection).",
+                markup=False,
+            )
+            return
+        tradeoff: Literal["laplace", "gaussian", "perfect"] = (
+            "perfect" if perfect else "gaussian" if mechanism_mu is not None else "laplace"
+        )
         plan = plan_trials(
             target,
             delta,
@@ -460,10 +519,11 @@ def plan_command(
             parameter=parameter,  # type: ignore[arg-type]  # plan_trials checks the choice
             threshold=threshold,  # type: ignore[arg-type]  # plan_trials checks the choice
         )
+        timing = None if audit_file is None else _time_plan(audit_file, kind, plan.trials_per_arm)
     except DpauditError as exc:
         raise fail(str(exc)) from None
     if as_json:
-        console.print_json(json.dumps(plan.to_dict()))
+        console.print_json(json.dumps({**plan.to_dict(), **({"time": timing} if timing else {})}))
         return
     name = "ε" if plan.parameter == "epsilon" else "μ"
     console.print(
@@ -473,6 +533,40 @@ def plan_command(
         f"{plan.limit:.4g} (the design's limit of detection).",
         markup=False,
     )
+    if timing is not None:
+        console.print(
+            f"Expected time on this machine for {timing['kind']} ({timing['file']}): "
+            f"{_duration(timing['wall_seconds'])} wall, "
+            f"{_duration(timing['cpu_seconds'])} CPU (extrapolated from "
+            f"{timing['calibration_trials'][0]} and {timing['calibration_trials'][1]} trials "
+            f"per arm, which took {timing['calibration_wall'][0]:.2f} s and "
+            f"{timing['calibration_wall'][1]:.2f} s wall).",
+            markup=False,
+        )
+
+
+#: Calibration trial counts per kind for ``dpaudit plan FILE``: mechanism trials are
+#: cheap (microseconds), models are not (milliseconds or more each).
+_CALIBRATION = {"mechanism": (20_000, 100_000)}
+
+
+def _time_plan(path: Path, kind: str | None, trials_per_arm: int) -> dict[str, Any]:
+    from dpaudit.audit import measure_trial_cost
+    from dpaudit.config import load_config
+
+    config = load_config(path)
+    name = kind or config.audit.kinds[0]
+    cost = measure_trial_cost(config, name, trials=_CALIBRATION.get(name, (32, 96)))
+    return {
+        "kind": cost.kind,
+        "file": str(path),
+        "trials_per_arm": trials_per_arm,
+        "wall_seconds": cost.wall_seconds(trials_per_arm),
+        "cpu_seconds": cost.cpu_seconds(trials_per_arm),
+        "calibration_trials": list(cost.trials),
+        "calibration_wall": list(cost.wall),
+        "calibration_cpu": list(cost.cpu),
+    }
 
 
 @app.command("report")

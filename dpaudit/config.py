@@ -109,6 +109,13 @@ class AuditConfig(Table):
         copy._base_dir, copy._source, copy._text = self._base_dir, self._source, self._text
         return copy
 
+    def only_kind(self, kind: str) -> AuditConfig:
+        """A copy that runs ``kind`` alone (the other kinds' tables dropped)."""
+        audit = self.audit.model_copy(update={"kinds": [kind]})
+        copy = self.model_copy(update={"audit": audit, "sections": {kind: self.section(kind)}})
+        copy._base_dir, copy._source, copy._text = self._base_dir, self._source, self._text
+        return copy
+
     def to_dict(self) -> dict[str, Any]:
         """The configuration as the file's tables (kinds' tables at the top level)."""
         out = self.model_dump(mode="json", exclude={"sections"})

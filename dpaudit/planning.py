@@ -35,11 +35,14 @@ from dpaudit.theory import tradeoff_gdp, tradeoff_laplace
 
 __all__ = [
     "DetectionLimit",
+    "OneRunPlan",
     "TrialPlan",
     "expected_bound",
+    "ideal_guess_accuracy",
     "limit_for_bound",
     "multi_run_limit",
     "one_run_limit",
+    "plan_one_run",
     "plan_trials",
 ]
 
@@ -487,3 +490,119 @@ def _perfect_counts_bound(
     if parameter == "epsilon":
         return epsilon_from_counts(0, k0, 0, k1, delta=delta, confidence_level=c)
     return mu_from_counts(0, k0, 0, k1, confidence_level=c)
+
+
+@dataclass(frozen=True)
+class OneRunPlan:
+    """How many guesses (and canaries) a one-run audit needs to reach a target ε.
+
+    Attributes:
+        guesses: r, guesses the audit makes (even: top r/2 and bottom r/2).
+        canaries: m, canaries included by fair coins (``canaries_per_guess`` × r).
+        accuracy: the fraction of guesses the ideal attack gets right.
+        expected_value: Steinke et al.'s bound at round(accuracy × r) correct guesses.
+        limit: the design's limit of detection (every guess right).
+    """
+
+    guesses: int
+    canaries: int
+    target: float
+    accuracy: float
+    expected_value: float
+    limit: float
+    delta: float
+    confidence_level: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def ideal_guess_accuracy(
+    *, mechanism_epsilon: float | None = None, mechanism_mu: float | None = None
+) -> float:
+    """The accuracy of the best guess of one fair coin from one release.
+
+    Guessing a fair coin b from an output of a mechanism whose trade-off curve is f: the
+    best test errs with probability min over thresholds of (α + f(α))/2, which for ε-DP
+    (the curve of randomised response, Dong, Roth, Su 2022, arXiv 1905.02383v3, Prop. 2.5)
+    is 1/(1 + e^ε), and for μ-GDP (G_μ, the same paper's Eq. (2.3)) is Φ(−μ/2). The
+    accuracy is one minus that error.
+    """
+    if (mechanism_epsilon is None) == (mechanism_mu is None):
+        raise DpauditError("Give exactly one of mechanism_epsilon and mechanism_mu.")
+    if mechanism_epsilon is not None:
+        if not mechanism_epsilon >= 0:
+            raise DpauditError(f"mechanism_epsilon must be ≥ 0. Got {mechanism_epsilon!r}.")
+        return float(1.0 / (1.0 + math.exp(-mechanism_epsilon)))
+    assert mechanism_mu is not None
+    if not mechanism_mu >= 0:
+        raise DpauditError(f"mechanism_mu must be ≥ 0. Got {mechanism_mu!r}.")
+    return float(stats.norm.cdf(mechanism_mu / 2.0))
+
+
+def plan_one_run(
+    target_epsilon: float,
+    delta: float = 0.0,
+    confidence_level: float = 0.95,
+    *,
+    accuracy: float = 1.0,
+    canaries_per_guess: int = 1,
+    max_guesses: int = 10**7,
+) -> OneRunPlan:
+    """The fewest guesses r with which a one-run audit is expected to certify the target.
+
+    The ideal attack gets round(accuracy × r) of its r guesses right
+    (:func:`ideal_guess_accuracy` gives the accuracy of the best guess against an ε-DP or
+    μ-GDP mechanism; 1.0 is a perfect attack, whose plan is the limit of detection). The
+    bound is Steinke, Nasr, Jagielski (2023, NeurIPS, Theorem 3.1) via
+    :func:`~dpaudit.bounds.one_run_epsilon_lower_bound`; r is found by doubling, then
+    bisection over even r.
+
+    Raises:
+        DpauditError: the target is not reachable within ``max_guesses`` (an accuracy
+            below e^ε/(1 + e^ε) cannot certify ε however many guesses are made).
+    """
+    if not target_epsilon > 0:
+        raise DpauditError(f"The 'target_epsilon' parameter must be > 0. Got {target_epsilon!r}.")
+    if not 0.5 < accuracy <= 1.0:
+        raise DpauditError(f"accuracy must be in (0.5, 1]. Got {accuracy!r}.")
+    if canaries_per_guess < 1:
+        raise DpauditError(f"canaries_per_guess must be ≥ 1. Got {canaries_per_guess!r}.")
+
+    def value(half: int) -> float:
+        r = 2 * half
+        return one_run_epsilon_lower_bound(
+            canaries=canaries_per_guess * r,
+            guesses=r,
+            correct=round(accuracy * r),
+            delta=delta,
+            confidence_level=confidence_level,
+        ).value
+
+    low, high = 0, 1
+    while value(high) < target_epsilon:
+        low, high = high, 2 * high
+        if 2 * high > max_guesses:
+            raise DpauditError(
+                f"A one-run audit whose guesses are {accuracy:.4g} accurate does not reach "
+                f"ε = {target_epsilon} within {max_guesses} guesses."
+            )
+    while high - low > 1:
+        mid = (low + high) // 2
+        if value(mid) >= target_epsilon:
+            high = mid
+        else:
+            low = mid
+    r = 2 * high
+    return OneRunPlan(
+        guesses=r,
+        canaries=canaries_per_guess * r,
+        target=float(target_epsilon),
+        accuracy=float(accuracy),
+        expected_value=value(high),
+        limit=one_run_limit(
+            canaries_per_guess * r, r, delta=delta, confidence_level=confidence_level
+        ).value,
+        delta=delta,
+        confidence_level=confidence_level,
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -134,9 +135,60 @@ def test_plan_with_a_perfect_attack_gives_the_design_whose_limit_reaches_the_tar
 def test_plan_needs_a_mechanism_or_perfect():
     res = runner.invoke(app, ["plan", "--target", "1"])
     assert res.exit_code == 2
-    assert "Give --mechanism-epsilon (Laplace), --mechanism-mu (Gaussian) or --perfect." in (
-        res.output
+    assert (
+        "Give exactly one of --mechanism-epsilon (Laplace), --mechanism-mu (Gaussian), "
+        "--perfect." in " ".join(res.output.split())
     )
+
+
+def test_plan_one_run_with_a_perfect_attack_is_the_fewest_guesses_whose_limit_reaches():
+    # Every guess right: the plan's bound is the one-run limit of detection (Steinke et al.
+    # 2023, Thm. 3.1), and two guesses fewer (r stays even) do not reach the target.
+    from dpaudit.planning import one_run_limit
+
+    res = runner.invoke(
+        app, ["plan", "--design", "one-run", "--target", "5", "--perfect", "--delta", "1e-5",
+              "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.output)
+    r = plan["guesses"]
+    assert r % 2 == 0
+    assert plan["canaries"] == r
+    assert plan["expected_value"] == pytest.approx(one_run_limit(r, r, delta=1e-5).value)
+    assert one_run_limit(r, r, delta=1e-5).value >= 5.0
+    assert one_run_limit(r - 2, r - 2, delta=1e-5).value < 5.0
+
+
+def test_plan_one_run_refuses_a_file_and_an_accuracy_that_cannot_reach():
+    res = runner.invoke(
+        app, ["plan", "audits/laplace.toml", "--design", "one-run", "--target", "1",
+              "--perfect"],
+    )  # fmt: skip
+    assert res.exit_code == 2
+    assert "timing AUDIT_FILE is for --design multi-run" in res.output
+    res = runner.invoke(
+        app, ["plan", "--design", "one-run", "--target", "1", "--guess-accuracy", "0.5"]
+    )
+    assert res.exit_code == 2
+    assert "accuracy must be in (0.5, 1]. Got 0.5." in res.output
+
+
+def test_plan_times_an_audit_file_and_extrapolates_a_line(tmp_path: Path) -> None:
+    # The estimate is the line through the two timed calibration runs: fixed + slope × n.
+    res = runner.invoke(
+        app, ["plan", "audits/laplace.toml", "--target", "0.95", "--mechanism-epsilon", "1",
+              "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    t = out["time"]
+    (n0, n1), (w0, w1) = t["calibration_trials"], t["calibration_wall"]
+    slope = max(w1 - w0, 0.0) / (n1 - n0)
+    expected = max(w0 - slope * n0, 0.0) + slope * out["trials_per_arm"]
+    assert t["wall_seconds"] == pytest.approx(expected)
+    assert t["kind"] == "mechanism"
+    assert t["trials_per_arm"] == out["trials_per_arm"] == 29416
 
 
 def test_account_identifies_full_batch_as_exact_gdp_with_its_rho():

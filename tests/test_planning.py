@@ -138,3 +138,51 @@ def test_plan_trials_unreachable_target() -> None:
         plan_trials(0.5)
     with pytest.raises(DpauditError, match="'negatives' parameter must be an integer"):
         multi_run_limit(0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        # ε-DP: the best guess of a fair coin errs with 1/(1 + e^ε) (randomised response).
+        ({"mechanism_epsilon": math.log(3)}, 0.75),
+        ({"mechanism_epsilon": 0.0}, 0.5),
+        # μ-GDP: error Φ(−μ/2), the equal-error point of G_μ.
+        ({"mechanism_mu": 2.0}, 0.8413447460685429),
+    ],
+)
+def test_ideal_guess_accuracy_closed_forms(kwargs, expected) -> None:
+    from dpaudit.planning import ideal_guess_accuracy
+
+    assert ideal_guess_accuracy(**kwargs) == pytest.approx(expected, rel=1e-12)
+
+
+def test_plan_one_run_reaches_the_target_and_two_fewer_guesses_do_not() -> None:
+    from dpaudit.planning import ideal_guess_accuracy, plan_one_run
+
+    accuracy = ideal_guess_accuracy(mechanism_epsilon=3.0)
+    plan = plan_one_run(1.5, 1e-5, 0.95, accuracy=accuracy, canaries_per_guess=10)
+    r = plan.guesses
+    assert plan.canaries == 10 * r
+
+    def bound(r: int) -> float:
+        return one_run_epsilon_lower_bound(
+            canaries=10 * r, guesses=r, correct=round(accuracy * r), delta=1e-5,
+            confidence_level=0.95,
+        ).value  # fmt: skip
+
+    assert bound(r) == pytest.approx(plan.expected_value)
+    assert bound(r) >= 1.5
+    assert bound(r - 2) < 1.5
+    assert plan.limit >= plan.expected_value
+
+
+def test_trial_cost_line_through_two_timings() -> None:
+    from dpaudit.audit import TrialCost
+
+    cost = TrialCost("mechanism", (100, 300), (2.0, 6.0), (1.0, 2.0))
+    # slope 4 s / 200 trials = 0.02 s, fixed 2 − 0.02 × 100 = 0
+    assert cost.wall_seconds(1000) == pytest.approx(20.0)
+    # slope 0.005, fixed 0.5
+    assert cost.cpu_seconds(1000) == pytest.approx(5.5)
+    # A noisy second run faster than the first: no negative slope, all of it fixed cost.
+    assert TrialCost("m", (100, 300), (3.0, 2.5), (1, 1)).wall_seconds(10**6) == 3.0

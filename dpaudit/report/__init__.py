@@ -209,15 +209,39 @@ def _against(row: dict[str, Any]) -> dict[str, Any]:
     return {"upper": upper, "who": "the " + source, "what": row["symbol"], "rest": ""}
 
 
-def _headline(rows: list[dict[str, Any]], tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _best_of_level(found: list[dict[str, Any]], verdict_level: float | None) -> float | None:
+    """The confidence of "the largest of these bounds" (a best-of is a multiple comparison).
+
+    The largest of m bounds is valid only when every one of them is (the largest could be
+    any), so by the union bound (Bonferroni) it holds at 1 − Σᵢ (1 − cᵢ) when bound i
+    holds at cᵢ. Bounds inside the verdict were computed at 1 − (1 − c)/k each, so their
+    largest holds at the verdict's c at least; bounds outside it (a brought target, no
+    upper bound) were each computed at c, and the largest of m of them holds at
+    1 − m(1 − c), which the headline states instead of c.
+    """
+    levels = [r["lower"].get("confidence_level") for r in found]
+    if not all(isinstance(x, int | float) for x in levels):
+        return None
+    joint = max(0.0, 1.0 - sum(1.0 - float(x) for x in levels))
+    if verdict_level is not None and all(r.get("in_verdict") for r in found):
+        return max(joint, verdict_level)
+    return joint
+
+
+def _headline(
+    rows: list[dict[str, Any]], tests: list[dict[str, Any]], verdict_level: float | None = None
+) -> list[dict[str, Any]]:
     """Per target (or per test), the largest rigorous lower bound, ready to put in words.
 
     Only rigorous bounds (validity "rigorous-…") lead the report: a heuristic number
     describes an attack and says nothing about the DP guarantee. Within a subject, one
     statement per parameter (ε first, then μ), each with the largest bound; a violation
-    beats a larger bound that is not one. When no rigorous bound of a subject exceeds 0
-    the statement says so (which is not evidence of privacy: a stronger attack or more
-    trials might find leakage).
+    beats a larger bound that is not one. Picking the largest of several bounds is a
+    multiple comparison: the statement's confidence is that of the best-of
+    (:func:`_best_of_level`), not of the single bound picked. Each statement carries the
+    design's limit of detection (the most a perfect attack could have certified). When no
+    rigorous bound of a subject exceeds 0 the statement says so (which is not evidence of
+    privacy: a stronger attack or more trials might find leakage).
     """
     by_label = {str(t.get("label")): t for t in tests}
     groups: dict[str, dict[str, Any]] = {}
@@ -250,6 +274,10 @@ def _headline(rows: list[dict[str, Any]], tests: list[dict[str, Any]]) -> list[d
                     "leaks": (best["lower"].get("value") or 0.0) > 0,
                     "validity": HEADLINE_VALIDITY.get(best["validity"], best["validity"]),
                     "confidence_level": best["lower"].get("confidence_level"),
+                    # The largest of several bounds: the confidence of the best-of.
+                    "best_of": len(found),
+                    "best_of_level": _best_of_level(found, verdict_level),
+                    "in_verdict": all(r.get("in_verdict") for r in found),
                     "source": best["source"],
                     "violation": bool(best.get("violation")),
                     "tightness": best.get("tightness"),
@@ -323,7 +351,7 @@ def render_report(results: dict[str, Any]) -> str:
             failed=[c for c in checks if not c.get("passed")],
             checks=checks,
             bounds=bounds,
-            headline=_headline(bounds, results.get("tests") or []),
+            headline=_headline(bounds, results.get("tests") or [], _verdict_level(results)),
             validities=_validity_legend(bounds),
             tests=tests,
             attribute=_attribute_rows(results.get("attribute") or []),
@@ -333,6 +361,13 @@ def render_report(results: dict[str, Any]) -> str:
     # No URL at all in the file, even from user text (a comment in the audit file, a
     # label): "http:" becomes "http&#58;", which displays the same and links nowhere.
     return _URL_SCHEME.sub(r"\1&#58;", html)
+
+
+def _verdict_level(results: dict[str, Any]) -> float | None:
+    budget = (results.get("provenance") or {}).get("verdict_budget") or {}
+    audit = ((results.get("config") or {}).get("audit")) or {}
+    level = budget.get("confidence_level", audit.get("confidence_level"))
+    return float(level) if isinstance(level, int | float) else None
 
 
 def _safe(svg: str | None) -> Markup | None:
