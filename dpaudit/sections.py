@@ -11,6 +11,7 @@ Nothing here imports torch: loading and validating an audit file stays fast.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -144,6 +145,10 @@ TARGET_FORMATS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: ``[target] references`` values besides a training function ``"pkg.module:function"``.
+REFERENCE_CHOICES = ("recipe", "clone")
+
+
 def target_format_from_suffix(path: str) -> str | None:
     """The format a model file's suffix implies, or ``None`` when it implies none."""
     suffix = Path(path).suffix.lower()
@@ -179,6 +184,15 @@ class TargetSection(Table):
     ``membership_by_coin`` states that each audited row's membership was decided by an
     independent fair coin: only then is the one-run ε lower bound rigorous.
     ``output`` says whether a torch or ONNX model returns logits or probabilities.
+
+    ``references`` says how shadow and reference models (LiRA, RMIA, shadow) are trained
+    for a model of your own (see :mod:`dpaudit.targets`): ``"recipe"`` (default) with
+    ``[model]`` / ``[training]``; ``"clone"``, for a scikit-learn estimator, as clones of
+    it (``sklearn.base.clone``) fitted on each reference split; or
+    ``"pkg.module:function"``, your own training function ``function(X, y, *, seed)``
+    that builds and trains a model as yours was (a torch module, a
+    :class:`~dpaudit.models.ModelStack` or a scikit-learn estimator) on raw ``[data]``
+    features.
     """
 
     variants: Annotated[list[Literal["plain", "dp"]], Field(min_length=1)] | None = None
@@ -193,6 +207,7 @@ class TargetSection(Table):
     output: Literal["logits", "probabilities"] = "logits"
     trusted_types: list[Annotated[str, Field(min_length=1)]] = []
     allow_pickle: bool = False
+    references: str = "recipe"
 
     @property
     def brought(self) -> bool:
@@ -224,7 +239,29 @@ class TargetSection(Table):
             )
         if self.path is not None:
             self._check_model_file()
+        self._check_references()
         return self
+
+    def _check_references(self) -> None:
+        r = self.references
+        if r not in REFERENCE_CHOICES and not re.fullmatch(r"[\w.]+:\w+", r):
+            raise ValueError(
+                f"[target] references must be 'recipe', 'clone' or a training function "
+                f"'pkg.module:function'; got {r!r}"
+            )
+        if r == "recipe":
+            return
+        if self.scores is not None:
+            raise ValueError(
+                f"[target] references = {r!r} trains models like yours, but 'scores' holds "
+                "only its outputs: give the model ('path' / 'factory') or remove 'references'"
+            )
+        if not self.brought:
+            raise ValueError(
+                f"[target] references = {r!r} is for a model of your own ('path' / "
+                "'factory'); dpaudit trains its own targets and their reference models "
+                "with [model]/[training]"
+            )
 
     def _check_model_file(self) -> None:
         fmt = self.model_format()

@@ -12,9 +12,21 @@
 
 A model is wrapped as a :class:`LoadedTarget`, a one-model stack with the ``logits``,
 ``probabilities`` and ``losses`` that attacks query (black-box: only its outputs on the
-audited rows are read). Membership of the audited rows is given by the user; shadow and
-LiRA reference models are trained with the ``[model]`` / ``[training]`` recipe, so their
-strength depends on how well that recipe matches the one that trained the target.
+audited rows are read). Membership of the audited rows is given by the user. Shadow and
+reference models (LiRA, RMIA) are trained as ``[target] references`` says:
+
+- ``"recipe"`` (default): torch models of the ``[model]`` / ``[training]`` recipe on
+  standardised features, so their strength depends on how well that recipe matches the
+  one that trained the target;
+- ``"clone"``: for a scikit-learn estimator, ``sklearn.base.clone`` of it (the same
+  hyper-parameters, none of its fitted state) fitted on each reference split, as sacroml
+  and the reference LiRA code do (Carlini et al. 2022, arXiv 2112.03570v2, §IV: shadow
+  models trained like the target);
+- ``"pkg.module:function"``: the user's ``function(X, y, *, seed)`` that builds and trains
+  a model as the target was (e.g. a torch factory and its training loop).
+
+Models trained like the target see its raw ``[data]`` features, and every reference model
+is queried through the same :class:`LoadedTarget` path as the target.
 
 Nothing is unpickled unless the audit file says ``allow_pickle = true``: safetensors,
 ONNX and skops files hold no code, ``torch.export`` and TorchScript archives are read by
@@ -25,6 +37,7 @@ torch's own loaders, and skops loads only the types it trusts by default plus
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -49,12 +62,15 @@ __all__ = [
     "ByoData",
     "ByoSpec",
     "LoadedTarget",
+    "ReferenceModels",
     "byo_unit",
     "byo_units",
     "load_byo_data",
     "load_target",
     "preflight",
     "read_scores",
+    "reference_trainer",
+    "references_used",
     "target_digest",
 ]
 
@@ -62,8 +78,8 @@ __all__ = [
 # log-probabilities finite (log(tiny) ≈ −708) and changes no probability above it.
 _TINY = float(np.finfo(np.float64).tiny)
 
-# Attacks that query the target on rows (all of them) and that train reference models.
-_TRAINS_REFERENCES = ("shadow", "lira")
+# Salt of the seed sequence that seeds numpy's global generator while a clone fits.
+_CLONE_SALT = 0xC10
 
 
 # ------------------------------------------------------------------------------ models
@@ -79,6 +95,8 @@ class LoadedTarget:
         num_classes: C.
         output: whether ``predict`` returns ``"logits"`` or ``"probabilities"``.
         description: where it came from (format, file, type) for the report.
+        estimator: the scikit-learn estimator itself when the target is one (what
+            ``[target] references = "clone"`` clones), else ``None``.
     """
 
     predict: Callable[[np.ndarray], np.ndarray]
@@ -86,6 +104,7 @@ class LoadedTarget:
     num_classes: int
     output: str = "logits"
     description: dict[str, Any] = field(default_factory=dict)
+    estimator: Any = None
 
     num_models = 1
 
@@ -195,7 +214,7 @@ def _from_object(obj: Any, *, output: str, description: dict[str, Any]) -> tuple
     )
 
 
-def _import_factory(spec: str, base_dir: Path) -> Callable[[], Any]:
+def _import_factory(spec: str, base_dir: Path, *, key: str = "factory") -> Callable[..., Any]:
     module_name, _, attr = spec.partition(":")
     # User factories next to the audit file import without installing them.
     if str(base_dir) not in sys.path:
@@ -204,11 +223,11 @@ def _import_factory(spec: str, base_dir: Path) -> Callable[[], Any]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(
-            f"[target] factory {spec!r}: cannot import {module_name!r}: {exc}"
+            f"[target] {key} {spec!r}: cannot import {module_name!r}: {exc}"
         ) from None
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise ConfigError(f"[target] factory {spec!r}: {module_name} has no callable {attr!r}")
+        raise ConfigError(f"[target] {key} {spec!r}: {module_name} has no callable {attr!r}")
     return fn
 
 
@@ -369,6 +388,7 @@ def load_target(
     fmt = t.model_format()
     description: dict[str, Any] = {"format": fmt or "factory", "output": t.output}
     output: str = t.output
+    obj: Any = None
     if t.path is None:
         assert t.factory is not None  # the schema requires path or factory here
         obj = _import_factory(t.factory, Path(config.base_dir))()
@@ -423,8 +443,18 @@ def load_target(
         else:  # onnx
             predict = _load_onnx(path, description)
     description["output"] = output
-    target = LoadedTarget(predict, num_features, num_classes, output, description)
+    estimator = obj if _is_estimator(obj) else None
+    target = LoadedTarget(predict, num_features, num_classes, output, description, estimator)
     return target, warnings
+
+
+def _is_estimator(obj: Any) -> bool:
+    """A scikit-learn estimator (not a torch module or a ModelStack) with predict_proba."""
+    from dpaudit.models import ModelStack
+
+    if obj is None or isinstance(obj, torch.nn.Module | ModelStack):
+        return False
+    return hasattr(obj, "predict_proba") and hasattr(obj, "get_params")
 
 
 def preflight(spec: ByoSpec) -> None:
@@ -434,7 +464,8 @@ def preflight(spec: ByoSpec) -> None:
     Otherwise ``[data]`` and the membership column or index file are loaded, the model
     file or factory is loaded (models are small), and the model is run on two audited
     rows, so a model that does not take ``[data]``'s features fails here rather than in
-    a work unit.
+    a work unit. ``[target] references`` is checked too (a clone needs a scikit-learn
+    estimator; a training function must import).
 
     Args:
         spec: The brought target's spec (``dpaudit.kinds.membership.byo_spec``).
@@ -463,6 +494,7 @@ def preflight(spec: ByoSpec) -> None:
             f"features, {ds.num_classes} classes): {type(exc).__name__}: "
             f"{library_reason(exc)}. Check [data] label and features."
         ) from None
+    reference_trainer(spec, target)  # 'clone' of a non-estimator, an unimportable function
 
 
 # -------------------------------------------------------------------------------- data
@@ -727,6 +759,155 @@ def _reference_training(config: ByoSpec, members: int) -> Any:
     return training_spec(config.training, members=members)
 
 
+#: ``[target] references`` as results.json and the report name it (``details["references"]``).
+CLONE_REFERENCES = "clone of the target's estimator"
+RECIPE_REFERENCES = "recipe"
+
+
+def references_used(references: str) -> str:
+    """How the reference models were trained, in the words results.json records."""
+    if references == "recipe":
+        return RECIPE_REFERENCES
+    if references == "clone":
+        return CLONE_REFERENCES
+    return f"training function {references}"
+
+
+class ReferenceModels:
+    """K models trained like the target, seen as one stack (``logits`` is ``(K, m, C)``).
+
+    Each model is a :class:`LoadedTarget`, so a reference model's logits come through the
+    same path as the target's (log-probabilities for a scikit-learn estimator).
+    """
+
+    def __init__(self, models: list[LoadedTarget]) -> None:
+        if not models:
+            raise DpauditError("ReferenceModels needs at least one model.")
+        self.models = models
+
+    @property
+    def num_models(self) -> int:
+        return len(self.models)
+
+    @property
+    def num_features(self) -> int:
+        return self.models[0].num_features
+
+    @property
+    def num_classes(self) -> int:
+        return self.models[0].num_classes
+
+    def logits(self, X: Any) -> torch.Tensor:
+        return torch.cat([m.logits(X) for m in self.models])
+
+    def __repr__(self) -> str:
+        return f"ReferenceModels({self.num_models} x {self.models[0]!r})"
+
+
+def reference_trainer(
+    config: ByoSpec, target: LoadedTarget
+) -> Callable[[np.ndarray, np.ndarray, np.ndarray, int], ReferenceModels] | None:
+    """What trains a brought target's shadow / reference models, per ``[target] references``.
+
+    Returns ``None`` for ``"recipe"`` (the attacks train ``[model]`` / ``[training]``
+    models), else a function ``(X, y, membership, seed) -> ReferenceModels`` for
+    :class:`~dpaudit.attacks.AttackContext` ``train_references``: model k is trained on
+    the rows ``X[membership[k]]`` (raw ``[data]`` features, as the target saw them).
+
+    - ``"clone"``: ``sklearn.base.clone(target.estimator)`` fitted on those rows: the same
+      hyper-parameters (``get_params``), none of the target's fitted state. While clone k
+      fits, numpy's global generator is seeded from ``(seed, k)`` (and restored after), so
+      an estimator with ``random_state=None`` still gives units that are pure functions
+      of their seed; an integer ``random_state`` is kept, as the target had it.
+    - ``"pkg.module:function"``: ``function(X_k, y_k, seed=seed_k)`` returns a trained
+      torch module, :class:`~dpaudit.models.ModelStack` or scikit-learn estimator.
+
+    Raises:
+        ConfigError: ``"clone"`` for a target that is not a scikit-learn estimator, or a
+            training function that cannot be imported.
+    """
+    references = config.target.references
+    if references == "recipe":
+        return None
+    if references == "clone":
+        estimator = target.estimator
+        if estimator is None:
+            what = target.description.get("type") or target.description.get("format")
+            raise ConfigError(
+                f"[target] references = 'clone' clones a scikit-learn estimator "
+                f"(sklearn.base.clone); the target is {what}. For a torch model give "
+                "references = 'pkg.module:function', a function (X, y, *, seed) that "
+                "builds and trains a model as yours was."
+            )
+        return _clone_trainer(estimator, target)
+    fn = _import_factory(references, Path(config.base_dir), key="references")
+    return _function_trainer(fn, target, references)
+
+
+def _splits(
+    X: np.ndarray, y: np.ndarray, membership: np.ndarray, seed: int
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.random.SeedSequence]]:
+    """Each reference model's rows (raw float32 features) and its own seed sequence."""
+    X = np.asarray(X, dtype=np.float32)
+    y = np.asarray(y, dtype=np.int64)
+    for k, rows in enumerate(np.asarray(membership, dtype=bool)):
+        yield X[rows], y[rows], np.random.SeedSequence([seed, _CLONE_SALT, k])
+
+
+def _clone_trainer(
+    estimator: Any, target: LoadedTarget
+) -> Callable[[np.ndarray, np.ndarray, np.ndarray, int], ReferenceModels]:
+    import warnings
+
+    from sklearn.base import clone
+    from sklearn.exceptions import ConvergenceWarning
+
+    def train(X: np.ndarray, y: np.ndarray, membership: np.ndarray, seed: int) -> ReferenceModels:
+        models = []
+        for X_k, y_k, ss in _splits(X, y, membership, seed):
+            model = clone(estimator)
+            # scikit-learn draws from numpy's legacy global RandomState when random_state
+            # is None; seeding it (and restoring it) is the only way to fix those draws
+            # without changing the clone's parameters.
+            state = np.random.get_state()  # noqa: NPY002
+            np.random.seed(ss.generate_state(1)[0])  # noqa: NPY002
+            try:
+                # The target's own recipe may stop at max_iter on purpose (as the shipped
+                # example's does): its clones warn the same way, K times; not news.
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    model.fit(X_k.astype(np.float64), y_k)
+            finally:
+                np.random.set_state(state)  # noqa: NPY002
+            models.append(_as_reference(model, target, "clone"))
+        return ReferenceModels(models)
+
+    return train
+
+
+def _function_trainer(
+    fn: Callable[..., Any], target: LoadedTarget, name: str
+) -> Callable[[np.ndarray, np.ndarray, np.ndarray, int], ReferenceModels]:
+    def train(X: np.ndarray, y: np.ndarray, membership: np.ndarray, seed: int) -> ReferenceModels:
+        models = []
+        for X_k, y_k, ss in _splits(X, y, membership, seed):
+            model = fn(X_k, y_k, seed=int(ss.generate_state(1)[0]))
+            models.append(_as_reference(model, target, name))
+        return ReferenceModels(models)
+
+    return train
+
+
+def _as_reference(model: Any, target: LoadedTarget, source: str) -> LoadedTarget:
+    """A trained reference model wrapped as the target is (same outputs, same width)."""
+    description: dict[str, Any] = {"format": "reference", "source": source}
+    try:
+        predict, output = _from_object(model, output=target.output, description=description)
+    except DpauditError as exc:
+        raise DpauditError(f"[target] references = {source!r}: {exc}") from None
+    return LoadedTarget(predict, target.num_features, target.num_classes, output, description)
+
+
 class _Standardised:
     """The target as the attacks see it: inputs standardised for the reference models.
 
@@ -788,6 +969,12 @@ def byo_unit(config: ByoSpec, unit: str) -> dict[str, np.ndarray]:
     data = load_byo_data(config)
     ds = data.dataset
     target, warnings = load_target(config, num_features=ds.num_features, num_classes=ds.num_classes)
+    train_references = reference_trainer(config, target)
+    if train_references is not None:
+        # Models trained like the target take its raw features: no standardisation.
+        data = dataclasses.replace(
+            data, mean=np.zeros_like(data.mean), scale=np.ones_like(data.scale)
+        )
     X_raw, y = ds.X[data.audited], ds.y[data.audited]
     seen = _Standardised(target, data, [X_raw])
     m = config.model
@@ -802,6 +989,7 @@ def byo_unit(config: ByoSpec, unit: str) -> dict[str, np.ndarray]:
         population_y=ds.y[data.population],
         num_classes=ds.num_classes,
         device=config.device,
+        train_references=train_references,
     )
     names = _attacks(config)
     i = names.index(name)
@@ -824,6 +1012,7 @@ def byo_unit(config: ByoSpec, unit: str) -> dict[str, np.ndarray]:
         "target": target.description,
         "warnings": warnings,
         "accuracy": _accuracy(target, X_raw, y, data.membership),
+        "references": references_used(config.target.references),
     }
     return {
         "scores": scores.astype(np.float64),

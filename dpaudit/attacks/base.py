@@ -53,6 +53,11 @@ class AttackContext:
         num_classes: number of classes of the task.
         device: torch device for shadow / reference training.
         progress: optional callback ``(done, total)`` for long attacks.
+        train_references: optional ``(X, y, membership, seed) -> models`` that trains the
+            shadow / reference models instead of ``model`` and ``training`` (a brought
+            target's references trained like it, :mod:`dpaudit.targets`): ``membership``
+            is ``(K, N)`` bool, and ``models`` has ``num_models`` and ``logits(X)``
+            ``(K, m, C)`` as a :class:`~dpaudit.models.ModelStack` does.
     """
 
     target: ModelStack
@@ -64,6 +69,7 @@ class AttackContext:
     num_classes: int
     device: str = "cpu"
     progress: Progress | None = None
+    train_references: Callable[[np.ndarray, np.ndarray, np.ndarray, int], Any] | None = None
 
     def __post_init__(self) -> None:
         check_int("target_train_size", self.target_train_size, minimum=1)

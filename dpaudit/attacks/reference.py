@@ -53,7 +53,10 @@ def train_models(
     *,
     seed: int,
 ) -> Any:
-    """Train shadow / reference models with the target's recipe (one ``train_many`` call)."""
+    """Train shadow / reference models with the target's recipe (one ``train_many`` call),
+    or with ``context.train_references`` when the context has one."""
+    if context.train_references is not None:
+        return context.train_references(X, y, membership, seed)
     from dpaudit.training import train_many
 
     result = train_many(

@@ -52,6 +52,7 @@ from dpaudit.kinds.base import (
     RunContext,
     SharedTables,
     UnitPlan,
+    plugin_digest,
 )
 from dpaudit.sections import ByoSpec, Table
 
@@ -91,6 +92,24 @@ RECIPE_NOTE = (
     "the attack's strength depends on how well that recipe matches the one that trained "
     "the target."
 )
+#: Said when a brought scikit-learn target's reference models are clones of it.
+CLONE_NOTE = (
+    "Shadow and LiRA reference models are clones of your estimator (sklearn.base.clone: "
+    "its hyper-parameters, none of its fitted state), each fitted on its reference split "
+    "of the raw [data] features, as your target was fitted ([target] references = 'clone')."
+)
+
+
+def references_note(references: str) -> str:
+    """The report's sentence on how a brought target's reference models were trained."""
+    if references == "recipe":
+        return RECIPE_NOTE
+    if references == "clone":
+        return CLONE_NOTE
+    return (
+        f"Shadow and LiRA reference models are trained by your function {references} on "
+        "their reference splits of the raw [data] features ([target] references)."
+    )
 
 
 class MembershipSection(Table):
@@ -264,6 +283,19 @@ def byo_spec(section: MembershipSection, context: RunContext) -> ByoSpec:
         base_dir=str(context.base_dir),
     )
     return spec.model_copy(update={"digest": target_digest(spec)})
+
+
+def byo_key_data(spec: ByoSpec, context: RunContext) -> dict[str, Any]:
+    """The unit key of a brought target: ``[target] references`` only when it is not the
+    default recipe (so units stored before the option existed are reused), and a training
+    function's module file (its code is part of what the units are)."""
+    key = spec.model_dump(mode="json", exclude={"base_dir", "device"})
+    references = spec.target.references
+    if references == "recipe":
+        key["target"].pop("references", None)
+    elif references != "clone":
+        key["references_file"] = plugin_digest(references, context)
+    return key
 
 
 def own_spec(section: MembershipSection, context: RunContext) -> OwnSpec:
@@ -445,7 +477,7 @@ class MembershipKind(AuditKind[MembershipSection]):
                 fn=byo_unit,
                 spec=spec,
                 units=tuple(byo_units(spec)),
-                key_data=spec.model_dump(mode="json", exclude={"base_dir", "device"}),
+                key_data=byo_key_data(spec, context),
                 description="attacking your target",
             )
         own = own_spec(section, context)
@@ -517,8 +549,9 @@ def _summarise_brought(
     if not t.membership_by_coin:
         warnings.append(coin_note)
     attacks = list(section.attacks)
-    if t.scores is None and set(_TRAINS_REFERENCES) & set(attacks):
-        warnings.append(RECIPE_NOTE)
+    reference_note = references_note(t.references)
+    if t.scores is None and set(_TRAINS_REFERENCES) & set(attacks) and t.references == "recipe":
+        warnings.append(RECIPE_NOTE)  # a caveat only when the recipe stands in for yours
     if t.scores is not None:
         skipped = [a for a in attacks if a != "loss"]
         if skipped:
@@ -536,7 +569,8 @@ def _summarise_brought(
                 warnings.append(w)
         membership = np.asarray(part["membership"], dtype=bool)
         attack = info["attack"]
-        notes = [coin_note] + ([RECIPE_NOTE] if attack in _TRAINS_REFERENCES else [])
+        trains = attack in _TRAINS_REFERENCES
+        notes = [coin_note] + ([reference_note] if trains else [])
         target = {
             **info.get("target", {"format": "scores", "source": info.get("source")}),
             "membership_by_coin": t.membership_by_coin,
@@ -556,7 +590,9 @@ def _summarise_brought(
             details={
                 "attack": {"name": attack, "options": info["options"], "notes": notes},
                 "target": target,
-            },
+            }
+            # How this attack's reference models were trained (report's test section).
+            | ({"references": info.get("references", "recipe")} if trains else {}),
         )
         # No upper bound: every bound at c, none in the verdict.
         level = context.confidence_level
@@ -582,10 +618,12 @@ def _coin_note(by_coin: bool) -> str:
 KIND = MembershipKind()
 
 __all__ = [
+    "CLONE_NOTE",
     "KIND",
     "RECIPE_NOTE",
     "MembershipKind",
     "MembershipSection",
+    "byo_key_data",
     "byo_spec",
     "own_spec",
     "own_unit",
