@@ -42,6 +42,7 @@ import os
 import resource
 import statistics
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -171,14 +172,17 @@ def main() -> None:
         print("\n[1b] seed sweep, non-private (AUC; TPR at 1 % FPR)")
         ratios, shadow_wins = [], 0
         for seed in range(args.sweep):
-            res = audit_membership(ds, model=MODEL, training=PLAIN, audited_size=AUDITED, seed=seed)
-            o = {x.attack: x.metrics for x in res.outcomes}
-            t = {k: v.tpr_at_fpr[1].tpr for k, v in o.items()}
+            swept = audit_membership(
+                ds, model=MODEL, training=PLAIN, audited_size=AUDITED, seed=seed
+            )
+            by_attack = {x.attack: x.metrics for x in swept.outcomes}
+            t = {k: v.tpr_at_fpr[1].tpr for k, v in by_attack.items()}
             ratios.append(math.inf if t["loss"] == 0 else t["lira"] / t["loss"])
-            shadow_wins += o["shadow"].auc > o["loss"].auc
+            shadow_wins += by_attack["shadow"].auc > by_attack["loss"].auc
             print(
-                f"  seed {seed}: AUC loss {o['loss'].auc:.3f} shadow {o['shadow'].auc:.3f} "
-                f"lira {o['lira'].auc:.3f}; TPR@1% loss {t['loss']:.3f} shadow "
+                f"  seed {seed}: AUC loss {by_attack['loss'].auc:.3f} shadow "
+                f"{by_attack['shadow'].auc:.3f} "
+                f"lira {by_attack['lira'].auc:.3f}; TPR@1% loss {t['loss']:.3f} shadow "
                 f"{t['shadow']:.3f} lira {t['lira']:.3f}; ratio {ratios[-1]:.1f}x"
             )
         print(
@@ -221,19 +225,22 @@ def main() -> None:
         f"({time.perf_counter() - t0:.1f} s)"
     )
     show_membership(dp)
+    accountant = dp.accountant_epsilon
+    if accountant is None:  # a DP-SGD target always leaves a record to account
+        raise SystemExit("the DP-SGD target has no accountant epsilon")
     all_inside = True
     for o in dp.outcomes:
-        for row in o.dp_region(dp.accountant_epsilon, DELTA):
+        for row in o.dp_region(accountant, DELTA):
             all_inside &= row["inside"]
             print(
                 f"  {o.attack:6s} FPR {row['target_fpr']:<6g} TPR_low {row['tpr_low']:.4f} "
                 f"<= e^eps*FPR_high+delta = {row['limit']:.4f}: {row['inside']}"
             )
-        ok = o.one_run.value <= dp.accountant_epsilon
+        ok = o.one_run.value <= accountant
         all_inside &= ok
         print(
             f"  {o.attack:6s} one-run eps LB {o.one_run.value:.3f} <= accountant "
-            f"{dp.accountant_epsilon:.3f}: {ok}"
+            f"{accountant:.3f}: {ok}"
         )
     print(f"  all DP checks pass: {all_inside}")
 
@@ -245,7 +252,7 @@ def main() -> None:
         ("non-private", plain_target, PLAIN),
         ("DP-SGD", dp_target, dp_training),
     ):
-        res = audit_attribute(
+        attr = audit_attribute(
             ds,
             model=MODEL,
             training=training,
@@ -254,8 +261,8 @@ def main() -> None:
             delta=DELTA,
             target=target,
         )
-        print(f"\n[3] attribute inference ({SENSITIVE}, values {res.values}), {label}")
-        show_attribute(res)
+        print(f"\n[3] attribute inference ({SENSITIVE}, values {attr.values}), {label}")
+        show_attribute(attr)
 
     if args.variants:
         show_variants(plain_target, seed=args.seed, label="non-private", accountant_epsilon=None)
@@ -321,7 +328,7 @@ def show_variants(target, *, seed: int, label: str, accountant_epsilon: float | 
 #: audits/byo-sklearn.toml (MLP 64, 100 epochs, batch 32, lr 0.05, momentum 0.9), which
 #: mirrors the scikit-learn MLP of scripts/make_byo_sklearn.py and fits its ~500 members
 #: perfectly (train accuracy 1.0) while generalising less well (the membership signal).
-GRID_RECIPES: dict[str, tuple[dict[str, str], ModelSpec, TrainingSpec]] = {
+GRID_RECIPES: dict[str, tuple[dict[str, Any], ModelSpec, TrainingSpec]] = {
     "statsmodels:fair": ({"sensitive": SENSITIVE}, MODEL, PLAIN),
     "sklearn:digits": (
         {},
@@ -405,7 +412,7 @@ def run_grid(*, seeds: range, json_path: str | None) -> None:
     )
     # values[dataset][k][attack][metric] = one value per seed
     values: dict[str, dict[int, dict[str, dict[str, list[float]]]]] = {}
-    cost: list[dict[str, float | int | str]] = []
+    cost: list[dict[str, Any]] = []
     for dataset_name, (options, model, training) in GRID_RECIPES.items():
         ds = load_dataset(dataset_name, **options)
         values[dataset_name] = {k: {} for k in GRID_KS}
@@ -423,8 +430,8 @@ def run_grid(*, seeds: range, json_path: str | None) -> None:
                 scores = grid_cell_scores(target, k=k, seed=seed)
                 for name, row in scores.items():
                     per = values[dataset_name][k].setdefault(name, {})
-                    for label, v in grid_metrics(row, coins).items():
-                        per.setdefault(label, []).append(v)
+                    for label, value in grid_metrics(row, coins).items():
+                        per.setdefault(label, []).append(value)
                 cost.append(
                     {
                         "dataset": dataset_name,
@@ -446,7 +453,7 @@ def run_grid(*, seeds: range, json_path: str | None) -> None:
                     f"load {load0:.1f} -> {cost[-1]['load_after']:.1f}",
                     flush=True,
                 )
-    verdicts = []
+    verdicts: list[dict[str, Any]] = []
     for dataset_name, per_k in values.items():
         for k, per_attack in per_k.items():
             verdicts += show_grid_cell(dataset_name, k, per_attack, default=default)
@@ -471,7 +478,7 @@ def run_grid(*, seeds: range, json_path: str | None) -> None:
         name for name in GRID_CANDIDATES if all(name in v["within_range"] for v in verdicts)
     ]
     print(f"Variants within the best's seed range in every cell: {everywhere or 'none'}")
-    cpu = [c["cpu_s"] + c["target_cpu_s"] / len(GRID_KS) for c in cost]
+    cpu = [float(c["cpu_s"]) + float(c["target_cpu_s"]) / len(GRID_KS) for c in cost]
     attacks_cpu = sum(float(c["cpu_s"]) for c in cost)
     targets_cpu = sum(float(c["target_cpu_s"]) for c in cost) / len(GRID_KS)
     print(
@@ -509,7 +516,7 @@ def _accuracies(target) -> tuple[float, float]:
 
 def show_grid_cell(
     dataset_name: str, k: int, per_attack: dict[str, dict[str, list[float]]], *, default: str
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """One (dataset, K) table; returns, per metric, whether the default is within range."""
     equivalent = _default_equivalent(default, k)
     best = {}
