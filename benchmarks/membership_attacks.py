@@ -478,6 +478,16 @@ def run_grid(*, seeds: range, json_path: str | None) -> None:
         name for name in GRID_CANDIDATES if all(name in v["within_range"] for v in verdicts)
     ]
     print(f"Variants within the best's seed range in every cell: {everywhere or 'none'}")
+    print("\n| variant | cells within | the cells it misses: its median vs the best's range |")
+    print("|---|---|---|")
+    for name in GRID_CANDIDATES:
+        misses = [v for v in verdicts if name not in v["within_range"]]
+        said = "; ".join(
+            f"{v['dataset'].split(':')[1]} K={v['k']} {v['metric']} "
+            f"{v['medians'][name]:.3f} vs {v['best']} [{v['best_min']:.3f}, {v['best_max']:.3f}]"
+            for v in misses
+        )
+        print(f"| {name} | {len(verdicts) - len(misses)} / {len(verdicts)} | {said or '-'} |")
     cpu = [float(c["cpu_s"]) + float(c["target_cpu_s"]) / len(GRID_KS) for c in cost]
     attacks_cpu = sum(float(c["cpu_s"]) for c in cost)
     targets_cpu = sum(float(c["target_cpu_s"]) for c in cost) / len(GRID_KS)
@@ -561,6 +571,7 @@ def show_grid_cell(
                 "best_max": high,
                 "within": low <= d <= high,
                 "within_range": within_range,
+                "medians": {a: statistics.median(per_attack[a][label]) for a in GRID_CANDIDATES},
             }
         )
     return out
