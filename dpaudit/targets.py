@@ -905,7 +905,10 @@ def _as_reference(model: Any, target: LoadedTarget, source: str) -> LoadedTarget
         predict, output = _from_object(model, output=target.output, description=description)
     except DpauditError as exc:
         raise DpauditError(f"[target] references = {source!r}: {exc}") from None
-    return LoadedTarget(predict, target.num_features, target.num_classes, output, description)
+    estimator = model if _is_estimator(model) else None
+    return LoadedTarget(
+        predict, target.num_features, target.num_classes, output, description, estimator
+    )
 
 
 class _Standardised:
