@@ -187,7 +187,14 @@ def run_audit(
     tests = tuple(t for s in summaries for t in s.tests)
     comparisons = tuple(c for s in summaries for c in s.comparisons)
     attribute = tuple(a for s in summaries for a in s.attribute)
-    checks = evaluate_gate(config.gate, comparisons=comparisons, tests=tests, attribute=attribute)
+    kind_checks = tuple(c for s in summaries for c in s.checks)
+    checks = evaluate_gate(
+        config.gate,
+        comparisons=comparisons,
+        tests=tests,
+        attribute=attribute,
+        kind_checks=kind_checks,
+    )
     timings = {name: st.seconds for name, st in stored.items()}
     timings["total"] = time.perf_counter() - t0
     provenance = {
@@ -210,7 +217,11 @@ def run_audit(
     result = AuditResult(
         name=config.audit.name,
         verdict="pass" if all(c.passed for c in checks) else "fail",
-        privacy_verdict="violation" if any(c.violation for c in comparisons) else "consistent",
+        # A failed kind check (a grey-box test of what a DP-SGD run did) proves the run
+        # is not the mechanism accounted, as a lower bound above its upper bound does.
+        privacy_verdict="violation"
+        if any(c.violation for c in comparisons) or any(c.status == "failed" for c in kind_checks)
+        else "consistent",
         checks=checks,
         comparisons=comparisons,
         tests=tests,

@@ -13,6 +13,7 @@ A gate that measures nothing must never read as a green light.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from dpaudit.results import Check, Comparison, TestSummary
@@ -82,6 +83,25 @@ def _violation_check(gate: GateSection, comparisons: Sequence[Comparison]) -> Ch
     )
 
 
+def _kind_check(gate: GateSection, check: Check) -> Check:
+    """A kind's own check under ``fail_on_violation``; a not-evaluated one is resolved here.
+
+    Such a check refines a policy that the bounds already evaluate (a grey-box check of
+    a DP-SGD run next to its canary bounds), so the gate does not read as a green light
+    on nothing when it is missing: it is listed as not evaluated, with a warning, and
+    fails the gate only when the audit file sets ``on_unmeasured = "fail"`` itself.
+    """
+    if check.status != "not-evaluated":
+        return check
+    strict = gate.on_unmeasured == "fail" and "on_unmeasured" in gate.model_fields_set
+    what = (
+        "fails closed (on_unmeasured = 'fail')"
+        if strict
+        else "not counted against the gate; set [gate] on_unmeasured = 'fail' to require it"
+    )
+    return replace(check, passed=not strict, message=f"{check.message} ({what})")
+
+
 def _epsilon_check(gate: GateSection, comparisons: Sequence[Comparison], limit: float) -> Check:
     eps = [
         c
@@ -125,6 +145,7 @@ def evaluate_gate(
     comparisons: Sequence[Comparison],
     tests: Sequence[TestSummary],
     attribute: Sequence[Mapping[str, Any]] = (),
+    kind_checks: Sequence[Check] = (),
 ) -> tuple[Check, ...]:
     """Evaluate every configured policy.
 
@@ -133,10 +154,13 @@ def evaluate_gate(
         comparisons: Lower bounds held against upper bounds.
         tests: Test summaries (with ``metrics`` from :func:`~dpaudit.tradeoff.membership_metrics`).
         attribute: Attribute-inference summaries with an ``advantage`` key.
+        kind_checks: The kinds' own in-verdict checks (the dpsgd kind's grey-box checks),
+            part of ``fail_on_violation`` (:func:`_kind_check`).
     """
     checks: list[Check] = []
     if gate.fail_on_violation:
         checks.append(_violation_check(gate, comparisons))
+        checks.extend(_kind_check(gate, c) for c in kind_checks)
     if gate.max_epsilon_lower_bound is not None:
         checks.append(_epsilon_check(gate, comparisons, gate.max_epsilon_lower_bound))
     if gate.max_auc is not None:

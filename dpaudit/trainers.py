@@ -35,7 +35,10 @@ User trainers are given as ``"pkg.module:function"`` and follow this protocol::
 returning a :class:`TrainerOutput` (or a dict with the same keys): ``scores`` (K,)
 (larger = "canary in") or ``models`` (a ModelStack, scored black-box by the audit), and
 ``records`` (one DPSGDRecord per model) or ``claim`` (a Claim, or a dict
-``{"epsilon": .., "delta": .., "mu": ..}``).
+``{"epsilon": .., "delta": .., "mu": ..}``), and optionally ``observations`` (a
+:class:`~dpaudit.greybox.GreyBoxObservations` of what ran step by step: batch sizes,
+clipped norms, the noise on a coordinate no example touches, steps), which the audit
+turns into grey-box gate checks.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ import torch
 
 from dpaudit import theory
 from dpaudit.errors import ConfigError, DpauditError
+from dpaudit.greybox import GreyBoxObservations
 from dpaudit.mechanisms import Claim, load_callable
 from dpaudit.models import ModelSpec, ModelStack
 from dpaudit.records import DPSGDRecord
@@ -117,12 +121,16 @@ class TrainerOutput:
         models: the trained stack, scored black-box by the audit when ``scores`` is None.
         records: one :class:`DPSGDRecord` per model stating what was executed, or ``None``.
         claim: the (ε, δ)/μ guarantee of what ran, for trainers without a record.
+        observations: what the trainer saw itself run, step by step (batch sizes, clipped
+            norms, the noise on an untouched coordinate, steps), for the grey-box checks
+            of :mod:`dpaudit.greybox`; ``None`` leaves those checks not evaluated.
     """
 
     scores: np.ndarray | None = field(default=None, repr=False)
     models: ModelStack | None = field(default=None, repr=False)
     records: tuple[DPSGDRecord, ...] | None = field(default=None, repr=False)
     claim: Claim | None = None
+    observations: GreyBoxObservations | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.scores is None and self.models is None:
@@ -164,6 +172,111 @@ class _ProjectionObserver:
         self.sums[rows] += proj.double().numpy()
 
 
+class _GreyBoxObserver:
+    """Records what the engine ran, step by step, for the grey-box checks.
+
+    Per model and step: the realised batch size (the valid entries of the batch, so the
+    rows the sampler drew: an input canary counts when sampled, a gradient canary, whose
+    coin is separate, does not) and the privatised gradient on ``coordinate``, a first-layer
+    weight on a feature column that is zero in every row a model can sample. Real
+    gradients are 0 there (∂/∂W = δ·aᵀ with a = 0), so after multiplying back by the
+    engine's divisor q·n it is the noise N(0, σ²C²) alone, except in models whose
+    gradient canary sits on it (``touched``: NaN there). Per-example clipped norms are
+    not exposed by the engine's fused clipped sum: reported as NaN (not observed).
+    """
+
+    def __init__(
+        self, num_models: int, model_offset: int, coordinate: int | None, touched: np.ndarray
+    ) -> None:
+        self.offset = model_offset
+        self.coordinate = coordinate
+        self.touched = touched
+        self.batch = np.zeros((num_models, 0), dtype=np.int64)
+        self.noise = np.full((num_models, 0), np.nan)
+        self.steps = np.zeros(num_models, dtype=np.int64)
+
+    @classmethod
+    def for_run(
+        cls, X: np.ndarray, membership: np.ndarray, canary: CanarySetup, model_offset: int
+    ) -> _GreyBoxObserver:
+        """Choose the untouched coordinate: the feature column zero in the members of the
+        most models (preferring one the gradient canary does not use)."""
+        k = membership.shape[0]
+        used = None
+        if canary.direction is not None and canary.threat_model == "white-box":
+            nonzero = np.flatnonzero(canary.direction)
+            if nonzero.size == 1 and int(nonzero[0]) < X.shape[1]:
+                used = int(nonzero[0])  # first layer, unit 0, feature `used`
+        nonzero_cols = (np.asarray(X) != 0).astype(np.int64)
+        member_touch = (membership.astype(np.int64) @ nonzero_cols) > 0  # (K, d)
+        free = ~member_touch
+        if used is not None:
+            free[:, used] &= ~np.asarray(canary.included, dtype=bool)
+        counts = free.sum(axis=0)
+        if counts.size == 0 or counts.max() == 0:
+            return cls(k, model_offset, None, np.ones(k, dtype=bool))
+        # Most untouched models first; among equals, a column the canary does not use.
+        order = sorted(range(counts.size), key=lambda j: (-int(counts[j]), j == used, j))
+        j = order[0]
+        return cls(k, model_offset, j, ~free[:, j])
+
+    def _grow(self, step: int) -> None:
+        width = self.batch.shape[1]
+        if step < width:
+            return
+        extra = max(step + 1 - width, width, 8)
+        self.batch = np.pad(self.batch, ((0, 0), (0, extra)))
+        self.noise = np.pad(self.noise, ((0, 0), (0, extra)), constant_values=np.nan)
+
+    def __call__(self, info: StepInfo) -> None:
+        self._grow(info.step)
+        active = info.active.numpy()
+        rows = info.model_indices.numpy()[active] - self.offset
+        self.batch[rows, info.step] = info.batch_valid.sum(dim=1).numpy()[active]
+        self.steps[rows] += 1
+        if self.coordinate is not None:
+            g = info.gradients[:, self.coordinate].double().numpy()[active]
+            self.noise[rows, info.step] = g
+
+    def observations(self, records: tuple[DPSGDRecord | None, ...]) -> GreyBoxObservations | None:
+        """The observations, with n, q, σ, C and T read from the engine's records."""
+        if not records or any(r is None for r in records):
+            return None
+        recs = [r for r in records if r is not None]
+        rates = np.array([r.sampling_rate for r in recs])
+        sizes = np.array([r.dataset_size or 0 for r in recs], dtype=np.int64)
+        width = max(int(self.steps.max(initial=0)), 1)
+        self._grow(width - 1)
+        # The engine divided the noisy sum by q·n (its expected batch size; n for full
+        # batch, where q = 1): multiplying back gives the sum's units.
+        noise = self.noise[:, :width] * (rates * sizes)[:, None]
+        noise[self.touched] = np.nan
+        return GreyBoxObservations(
+            batch_sizes=self.batch[:, :width].copy(),
+            dataset_size=sizes,
+            sampling_rate=rates,
+            clipped_norms_max=np.full(noise.shape, np.nan),
+            clipping_norm=np.array([r.clipping_norm for r in recs]),
+            untouched_noise=noise,
+            noise_multiplier=np.array([r.noise_multiplier for r in recs]),
+            steps_run=self.steps.copy(),
+            steps_accounted=np.array([r.steps for r in recs], dtype=np.int64),
+        )
+
+
+def _chain(*observers: Callable[[StepInfo], None] | None) -> Callable[[StepInfo], None] | None:
+    """One step observer calling each given one in turn (``None`` when none is given)."""
+    present = [o for o in observers if o is not None]
+    if len(present) <= 1:
+        return present[0] if present else None
+
+    def both(info: StepInfo) -> None:
+        for o in present:
+            o(info)
+
+    return both
+
+
 def _engine_train(
     X: np.ndarray,
     y: np.ndarray,
@@ -173,6 +286,7 @@ def _engine_train(
     canary: CanarySetup,
     settings: TrainerSettings,
     training: TrainingSpec,
+    greybox: _GreyBoxObserver | None = None,
 ) -> tuple[np.ndarray | None, ModelStack, tuple[DPSGDRecord | None, ...]]:
     observer = None
     gradient_canary = None
@@ -190,7 +304,7 @@ def _engine_train(
         seed=seed,
         num_classes=settings.num_classes,
         model_offset=settings.model_offset,
-        step_observer=observer,
+        step_observer=_chain(observer, greybox),
         gradient_canary=gradient_canary,
     )
     scores = observer.sums if observer is not None else None
@@ -216,10 +330,23 @@ def _engine_dp_trainer(name: str, *, full_batch: bool, doc: str) -> Callable[...
     ) -> TrainerOutput:
         _require_dp(settings.training, name)
         training = _replace(settings.training, full_batch=full_batch)
+        greybox = _GreyBoxObserver.for_run(X, membership, canary, settings.model_offset)
         scores, models, records = _engine_train(
-            X, y, membership, seed=seed, canary=canary, settings=settings, training=training
+            X,
+            y,
+            membership,
+            seed=seed,
+            canary=canary,
+            settings=settings,
+            training=training,
+            greybox=greybox,
         )
-        return TrainerOutput(scores=scores, models=models, records=records)  # type: ignore[arg-type]
+        return TrainerOutput(
+            scores=scores,
+            models=models,
+            records=records,  # type: ignore[arg-type]
+            observations=greybox.observations(records),
+        )
 
     trainer.__name__ = f"{name}_trainer"
     trainer.__doc__ = doc
@@ -527,7 +654,7 @@ def _user_trainer(fn: Callable[..., Any], name: str) -> Trainer:
 def coerce_output(out: Any, *, num_models: int, name: str) -> TrainerOutput:
     """Check a trainer's output (a :class:`TrainerOutput` or a dict) and normalise it."""
     if isinstance(out, dict):
-        unknown = set(out) - {"scores", "models", "records", "claim"}
+        unknown = set(out) - {"scores", "models", "records", "claim", "observations"}
         if unknown:
             raise DpauditError(f"Trainer {name!r} returned unknown keys {sorted(unknown)}.")
         claim = out.get("claim")
@@ -540,6 +667,7 @@ def coerce_output(out: Any, *, num_models: int, name: str) -> TrainerOutput:
             models=out.get("models"),
             records=None if records is None else tuple(records),
             claim=claim,
+            observations=out.get("observations"),
         )
     if not isinstance(out, TrainerOutput):
         raise DpauditError(
@@ -557,4 +685,16 @@ def coerce_output(out: Any, *, num_models: int, name: str) -> TrainerOutput:
             f"Trainer {name!r} must return one record per model ({num_models}). "
             f"Got {len(out.records)}."
         )
+    obs = out.observations
+    if obs is not None:
+        if not isinstance(obs, GreyBoxObservations):
+            raise DpauditError(
+                f"Trainer {name!r} must return 'observations' as a GreyBoxObservations. "
+                f"Got {type(obs).__name__}."
+            )
+        if obs.num_models != num_models:
+            raise DpauditError(
+                f"Trainer {name!r} must return observations of every model ({num_models}). "
+                f"Got {obs.num_models}."
+            )
     return out

@@ -45,7 +45,7 @@ from dpaudit.sections import (
 
 if TYPE_CHECKING:  # results imports scipy: kinds load without it until they summarise
     from dpaudit.bounds import EpsilonBound
-    from dpaudit.results import Comparison, TestSummary
+    from dpaudit.results import Check, Comparison, TestSummary
 
 #: A work unit: ``fn(spec, unit name) -> arrays``; top-level, so processes can pickle it.
 UnitFn = Callable[[Any, str], dict[str, np.ndarray]]
@@ -118,13 +118,19 @@ class UnitPlan:
 
 @dataclass(frozen=True)
 class KindSummary:
-    """What one kind contributes to the result (built whole, never amended)."""
+    """What one kind contributes to the result (built whole, never amended).
+
+    ``checks`` are the kind's own in-verdict gate checks (the dpsgd kind's grey-box
+    checks): a failed one makes the verdict a violation; the gate lists them under
+    ``fail_on_violation`` (:func:`dpaudit.gate.evaluate_gate`).
+    """
 
     tests: tuple[TestSummary, ...] = ()
     comparisons: tuple[Comparison, ...] = ()
     attribute: tuple[Mapping[str, Any], ...] = ()
     warnings: tuple[str, ...] = ()
     data_hash: str | None = None
+    checks: tuple[Check, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,9 @@ if TYPE_CHECKING:
     # that validating an audit file stays fast.
     from dpaudit.bounds import EpsilonBound, MuBound
     from dpaudit.executors import UnitStats
+    from dpaudit.greybox import GreyBoxTest
     from dpaudit.models import ModelSpec
-    from dpaudit.results import Comparison, TestSummary
+    from dpaudit.results import Check, Comparison, TestSummary
     from dpaudit.trainers import TrainerOutput
     from dpaudit.training import TrainingSpec
     from dpaudit.upper_bounds import UpperBound
@@ -324,7 +325,12 @@ def dpsgd_unit(spec: DpsgdSpec, unit: str) -> dict[str, np.ndarray]:
         num_models=stop - start,
         name=s.trainer,
     )
-    return {"included": included, "scores": _scores(out, setup), **_ran_arrays(out)}
+    return {
+        "included": included,
+        "scores": _scores(out, setup),
+        **_ran_arrays(out),
+        **_greybox_arrays(out),
+    }
 
 
 def _scores(out: TrainerOutput, setup: _Setup) -> np.ndarray:
@@ -363,6 +369,55 @@ def _ran_arrays(out: TrainerOutput) -> dict[str, np.ndarray]:
             ]
         )
     }
+
+
+# ---------------------------------------------------------------------- grey-box checks
+
+#: Built-in trainers that run no DP-SGD: the grey-box checks do not apply to them.
+_NOT_DPSGD = ("output-perturbation", "multiparty", "plain")
+
+
+def _greybox_arrays(out: TrainerOutput) -> dict[str, np.ndarray]:
+    """The trainer's grey-box observations as raw unit arrays (none when it gave none)."""
+    return {} if out.observations is None else out.observations.to_arrays()
+
+
+def _greybox_tests(
+    s: DpsgdSection, many: list[Mapping[str, np.ndarray]]
+) -> tuple[GreyBoxTest, ...]:
+    """Every grey-box test of the stored units: evaluated when every unit carries
+    observations, listed as not evaluated when a DP-SGD trainer gave none, absent for
+    trainers that run no DP-SGD (and gave none)."""
+    from dpaudit.greybox import GreyBoxObservations, greybox_tests
+
+    if not many:
+        return ()
+    obs = GreyBoxObservations.from_arrays(many)
+    if obs is None and s.trainer in _NOT_DPSGD:
+        return ()
+    return greybox_tests(obs)
+
+
+def _greybox_check(test: GreyBoxTest, alpha: float) -> Check:
+    """A grey-box test as a gate check: p-value tests fail when p < α = (1 − c)/k, the
+    verdict's per-comparison share; deterministic ones fail when p = 0 and take no share."""
+    from dpaudit.results import Check
+
+    what = f"{test.title}: {test.reason}"
+    if test.p_value is None:
+        return Check(test.check, None, alpha if test.chance else None, True, what, "not-evaluated")
+    ok = test.passed(alpha)
+    bug = "" if ok else ": the run did not do what was accounted"
+    if not test.chance:
+        return Check(test.check, test.p_value, None, ok, f"{what} (deterministic){bug}")
+    sign = "≥" if ok else "<"
+    return Check(
+        test.check,
+        test.p_value,
+        alpha,
+        ok,
+        f"{test.title}: p = {test.p_value:.3g} {sign} {alpha:.3g} ({test.reason}){bug}",
+    )
 
 
 # ------------------------------------------------------------------------------ one run
@@ -586,6 +641,9 @@ class DpsgdKind(AuditKind[DpsgdSection]):
         many, one = _split(outputs)
         upper = _many_run_upper(many, context.delta)
         k = int(one is not None)  # held against the one run's own accountant ε
+        # Each grey-box p-value test is one comparison of the budget (it fails when
+        # p < (1 − c)/k); deterministic checks cannot fail by chance and take no share.
+        k += sum(t.chance and t.evaluated for t in _greybox_tests(section, many))
         if upper is not None:
             # An infinite claim (the plain trainer's ε = ∞) can never be violated: it is
             # reported but kept out of the verdict, so it takes no share of the budget.
@@ -632,7 +690,10 @@ class DpsgdKind(AuditKind[DpsgdSection]):
                 warnings.append(null_result_warning(label, f"{neg.size} models per arm", eps_lb))
         if one is not None:
             comparisons.append(_one_run_comparison(one, s, delta=delta, level=level))
-        return KindSummary(tuple(tests), tuple(comparisons), (), tuple(warnings), _data_hash(s))
+        checks = tuple(_greybox_check(t, 1.0 - level) for t in _greybox_tests(s, many))
+        return KindSummary(
+            tuple(tests), tuple(comparisons), (), tuple(warnings), _data_hash(s), checks=checks
+        )
 
 
 def _data_hash(s: DpsgdSection) -> str:
@@ -656,6 +717,7 @@ class DpsgdOutcome:
     comparisons: tuple[Comparison, ...]
     warnings: tuple[str, ...]
     units: UnitStats
+    checks: tuple[Check, ...] = ()
 
 
 def run_dpsgd_from_section(
@@ -712,4 +774,4 @@ def run_dpsgd_from_section(
     outputs = {u: store.load(u) for u in plan.units}
     budget = VerdictBudget(confidence_level, KIND.comparisons(section, context, outputs))
     summary = KIND.summarise(section, context, outputs, level=budget.level)
-    return DpsgdOutcome(summary.tests, summary.comparisons, summary.warnings, stats)
+    return DpsgdOutcome(summary.tests, summary.comparisons, summary.warnings, stats, summary.checks)
