@@ -520,6 +520,14 @@ def test_user_trainer_correct_passes_and_results_json_carries_the_checks(tmp_pat
     assert by_name["greybox_batch_sizes"]["status"] == "passed"
     assert 0.0 <= by_name["greybox_noise"]["value"] <= 1.0  # the p-value
     assert by_name["greybox_clipping"]["status"] == "not-evaluated"
+    # The report's checks table shows each check's p-value and its limit (1 − c)/k.
+    from dpaudit.report import fmt_number, render_report
+
+    html = render_report(saved)
+    noise = by_name["greybox_noise"]
+    row = html[html.index('<td class="check-name">greybox_noise</td>') :].split("</tr>")[0]
+    assert f'<td class="num">{fmt_number(noise["value"])}</td>' in row
+    assert f'<td class="num">{fmt_number(noise["limit"])}</td>' in row
 
 
 def test_missing_observations_fail_only_when_the_file_asks(tmp_path: Path) -> None:
