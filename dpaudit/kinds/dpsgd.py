@@ -356,7 +356,10 @@ def _ran_arrays(out: TrainerOutput) -> dict[str, np.ndarray]:
     if out.records is not None:
         if any(not isinstance(r, DPSGDRecord) for r in out.records):
             raise ConfigError("Trainer records must be DPSGDRecord objects (DP training).")
-        return record_arrays(out.records)
+        if out.claim is None:
+            return record_arrays(out.records)
+        # A claim beside the records (the Opacus adapter's stated ε): both are held.
+        return {**record_arrays(out.records), **_ran_arrays(replace(out, records=None))}
     c = out.claim
     assert c is not None  # TrainerOutput guarantees records or claim
     nan = float("nan")
@@ -504,9 +507,35 @@ def _many_run_upper(many: list[Mapping[str, np.ndarray]], delta: float) -> Upper
 
     if not many:
         return None
+    if "claim" in many[0] and "noise_multiplier" in many[0]:
+        return _tighter(from_records(records_from_arrays(many), delta), _claim_upper(many, delta))
     if "claim" in many[0]:
         return _claim_upper(many, delta)
     return from_records(records_from_arrays(many), delta)
+
+
+def _tighter(accountant: UpperBound, claim: UpperBound) -> UpperBound:
+    """The accountant's bounds for what ran and a claim, both held: the smaller decides.
+
+    Each must hold on its own, so a lower bound above either proves one of them false:
+    comparing with the smaller of the two is the same test as comparing with both, at no
+    extra share of the verdict's budget. A claim at δ' ≤ δ also holds at δ ((ε, δ')-DP
+    implies (ε, δ)-DP); a claim at a larger δ' says nothing at δ and is only reported.
+    """
+    from dpaudit.upper_bounds import UpperBound
+
+    use_claim = claim.epsilon_delta <= accountant.epsilon_delta
+    eps = claim if use_claim and claim.epsilon < accountant.epsilon else accountant
+    mu = claim if claim.mu is not None and claim.mu < (accountant.mu or math.inf) else accountant
+    source = eps.source if mu is eps or mu.mu is None else f"{eps.source} (ε), {mu.source} (μ)"
+    return UpperBound(
+        eps.epsilon,
+        accountant.epsilon_delta,
+        mu.mu,
+        source,
+        {**accountant.detail, **claim.detail, "accountant_epsilon": accountant.epsilon},
+        mu.mu_tail,
+    )
 
 
 # ----------------------------------------------------------------------------- summary
@@ -541,7 +570,13 @@ def _many_run_bounds(
 
 
 def _many_run_test(
-    s: DpsgdSection, upper: UpperBound, neg: np.ndarray, pos: np.ndarray, mu_lb: MuBound, c: float
+    s: DpsgdSection,
+    upper: UpperBound,
+    neg: np.ndarray,
+    pos: np.ndarray,
+    mu_lb: MuBound,
+    c: float,
+    base_dir: Path | str = ".",
 ) -> TestSummary:
     from dpaudit.results import score_summary, theory_curves
 
@@ -555,6 +590,7 @@ def _many_run_test(
         theory_curves=curves,
         dpsgd={
             "trainer": s.trainer,
+            **_trainer_libraries(s.trainer, base_dir),
             "canary": s.canary,
             "threat_model": s.threat_model,
             "trials_per_arm": int(neg.size),
@@ -567,6 +603,19 @@ def _many_run_test(
             },
         },
     )
+
+
+def _trainer_libraries(trainer: str, base_dir: Path | str) -> dict[str, dict[str, str]]:
+    """The training library a user trainer declares (its ``library_versions``, e.g. the
+    Opacus adapter's ``{"opacus": "1.6.0"}``): provenance, and part of the units' key."""
+    if ":" not in trainer:
+        return {}
+    from dpaudit.mechanisms import load_callable
+    from dpaudit.trainers import get_trainer
+
+    get_trainer(trainer, base_dir=str(base_dir))  # puts the audit's folder on sys.path
+    libraries = getattr(load_callable(trainer, what="trainer"), "library_versions", None)
+    return {"trainer_libraries": dict(libraries)} if libraries else {}
 
 
 def _label(s: DpsgdSection) -> str:
@@ -633,6 +682,7 @@ class DpsgdKind(AuditKind[DpsgdSection]):
                 "trainer_file": plugin_digest(section.trainer, context)
                 if ":" in section.trainer
                 else None,
+                **_trainer_libraries(section.trainer, context.base_dir),
             },
             description="training canary models",
         )
@@ -685,7 +735,11 @@ class DpsgdKind(AuditKind[DpsgdSection]):
                 comparisons.append(
                     gdp_implied_comparison(label, mu_lb, upper.mu, delta=delta, source=upper.source)
                 )
-            tests.append(_many_run_test(s, upper, neg, pos, mu_lb, context.confidence_level))
+            tests.append(
+                _many_run_test(
+                    s, upper, neg, pos, mu_lb, context.confidence_level, context.base_dir
+                )
+            )
             if eps_lb.value == 0.0 and mu_lb.value == 0.0:
                 warnings.append(null_result_warning(label, f"{neg.size} models per arm", eps_lb))
         if one is not None:

@@ -1,0 +1,596 @@
+"""Audit an ordinary Opacus training loop: one decorator turns it into a dpaudit trainer.
+
+The user keeps their function that builds the model, the optimizer and the data loader,
+calls ``PrivacyEngine.make_private`` (or ``make_private_with_epsilon``), runs its loop
+and returns the model::
+
+    from dpaudit.opacus_adapter import opacus_trainer
+
+    @opacus_trainer
+    def train(X, y):
+        ...  # unchanged Opacus code
+        return model
+
+and the audit file names it: ``[dpsgd] trainer = "plugins.opacus_loop:train"``. Called as
+``train(X, y)`` the function runs as before; called by dpaudit with the trainer protocol
+of :mod:`dpaudit.trainers` it runs the function once per model (K times per work unit),
+on the model's rows ``X[membership[k]]``, and:
+
+* **canary**. White-box (``canary = "dirac"``): between ``backward()`` and clipping, in
+  every step of a model whose dataset holds the canary, an independent coin with the
+  loader's q (the ``DPDataLoader``'s ``sample_rate``, or 1/len(loader) as Opacus accounts
+  a loader it did not replace) decides whether the canary is in the batch; if so one row
+  is appended to every ``p.grad_sample``: ``CANARY_NORM_FACTOR``·C on the Dirac
+  coordinate and 0 elsewhere. Its norm is far above C on purpose: Opacus' own clipping
+  must bring it down to C (a loop that does not clip then shows it at full size), and
+  Opacus' own noise is added to it. The canary is one extra record: it is not one of the
+  n rows the loader samples from, so q and the divisor are unchanged. The coordinate is
+  ``canary.direction`` in the order of the optimizer's parameters (for ``nn.Linear(d, c)``
+  weight then bias, dpaudit's layout); dpaudit appends an all-zero feature, so that the
+  canary's coordinate (class 0's weight on it) is touched by no real example.
+  Black-box: the canary record is a row of ``X`` given to the models that hold it, and
+  the score is minus its cross-entropy under the returned model.
+* **seeding**. Model ``g`` (global index) runs under ``torch.manual_seed``, ``random.seed``
+  and ``numpy.random.seed`` of a seed derived from (seed, g); with Opacus'
+  ``secure_mode=False`` the Poisson sampler and the noise draw from torch's global
+  generator, so this seeds the initialisation, the batches and the noise. A generator the
+  loader's sampler or the optimizer carries is re-seeded from (seed, g) too. The global
+  generators' states are restored afterwards. ``secure_mode=True`` (torchcsprng) cannot be
+  seeded: the audit stays valid, it is not reproducible.
+* **warnings**. Each distinct warning is shown once per process, not once per model.
+* **what ran**, read from the Opacus objects, never from the audit file: σ
+  (``optimizer.noise_multiplier``, the smallest over the steps), C
+  (``optimizer.max_grad_norm``), q (the loader's), the noisy steps taken (counted), the
+  dataset size, and the accountant's history. They become one
+  :class:`~dpaudit.records.DPSGDRecord` per model, which dpaudit's accountant turns into
+  the upper bounds.
+* **what is claimed**: the smallest ε stated for the run, at one δ: ``[dpsgd] options``
+  ``epsilon`` (with ``delta``), the ``target_epsilon`` given to
+  ``make_private_with_epsilon``, and the Opacus accountant's own ``get_epsilon(δ)``. The
+  dpsgd kind holds the lower bound against both this claim and the records' accountant
+  values (the smaller one decides).
+* **white-box score**: per step, the privatised gradient SUM on the canary coordinate
+  (``p.grad`` right after ``add_noise``, before the division by the expected batch size),
+  x_t = noise + C·[canary sampled]; the run's score is Σ_t of
+  :func:`dpaudit.whitebox.mixture_log_likelihood_ratio` (``[dpsgd] score =
+  "likelihood-ratio"``) or the plain sum (``"sum"``), with the q, σ and C that ran.
+* **grey-box observations** (:class:`dpaudit.greybox.GreyBoxObservations`): per step the
+  realised batch size, the largest clipped per-example norm (each example's norm is passed
+  through the optimizer's own ``clip_and_accumulate`` on a probe batch), and the
+  privatised sum on a coordinate no example touched.
+
+Options of ``[dpsgd] options`` read here (all optional): ``epsilon`` and ``delta`` (the
+claim), ``sampling_rate``, ``steps``, ``noise_multiplier``, ``clipping_norm`` (what the
+claim assumes; by default what the Opacus accountant was told).
+
+Opacus is an optional extra (``pip install 'dpaudit[opacus]'``); it is imported when a
+decorated function runs under dpaudit.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+import torch
+
+from dpaudit.errors import ConfigError
+from dpaudit.mechanisms import Claim
+from dpaudit.records import DPSGDRecord
+from dpaudit.trainers import CanarySetup, TrainerOutput, TrainerSettings
+
+__all__ = ["CANARY_NORM_FACTOR", "OpacusTrainer", "opacus_trainer", "opacus_version"]
+
+#: The white-box canary row's norm, in units of the clipping norm C, before clipping.
+CANARY_NORM_FACTOR = 1000.0
+#: Separates the canary coins' stream from the model seeds' under one base seed.
+_STREAM_COINS = 11
+_SEEN_WARNINGS: set[tuple[str, str]] = set()
+
+
+def opacus_version() -> str:
+    """The installed Opacus version (for provenance); a clear error when it is missing."""
+    try:
+        import opacus
+    except ImportError:
+        raise ConfigError(
+            "The Opacus adapter needs Opacus: pip install 'dpaudit[opacus]'."
+        ) from None
+    return str(opacus.__version__)
+
+
+def opacus_trainer(fn: Callable[..., Any]) -> OpacusTrainer:
+    """Make an Opacus training function auditable (decorator).
+
+    Args:
+        fn: ``fn(X, y) -> model``: builds its model, optimizer and DataLoader from the
+            float32 features ``X`` and int64 labels ``y``, calls
+            ``PrivacyEngine.make_private`` (or ``make_private_with_epsilon``) once, trains,
+            and returns the model (needed for black-box audits).
+
+    Returns:
+        A callable that runs ``fn`` unchanged when called as ``fn(X, y)`` and acts as a
+        dpaudit trainer when called with the trainer protocol (see the module docstring).
+    """
+    return OpacusTrainer(fn)
+
+
+class OpacusTrainer:
+    """An Opacus training function wrapped as a dpaudit trainer (see :func:`opacus_trainer`)."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    @property
+    def library_versions(self) -> dict[str, str]:
+        """The training library behind this trainer, for the audit's provenance."""
+        return {"opacus": opacus_version()}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if "canary" in kwargs and "settings" in kwargs:
+            return self.audit(*args, **kwargs)
+        return self.fn(*args, **kwargs)
+
+    def audit(
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        membership: np.ndarray,
+        *,
+        seed: int,
+        canary: CanarySetup,
+        settings: TrainerSettings,
+    ) -> TrainerOutput:
+        """Run the function once per model (the trainer protocol of :mod:`dpaudit.trainers`)."""
+        opacus_version()
+        white = canary.threat_model == "white-box"
+        if white and canary.direction is None:
+            raise ConfigError("A white-box audit through Opacus needs canary = 'dirac'.")
+        if not white and canary.row is None:
+            raise ConfigError("A black-box audit through Opacus needs an input-space canary.")
+        runs = []
+        for k in range(membership.shape[0]):
+            g = settings.model_offset + k
+            rows = np.asarray(membership[k], dtype=bool)
+            run = _Run(
+                canary=canary if white else None,
+                included=bool(canary.included[k]),
+                coins=np.random.default_rng([seed, g, _STREAM_COINS]),
+            )
+            model_seed = int(np.random.SeedSequence([seed, g]).generate_state(1)[0])
+            with _seeded(model_seed), _warnings_once(), _intercept(run, model_seed):
+                model = _the_model(self.fn(X[rows], y[rows]))
+            if run.optimizer is None:
+                raise ConfigError(
+                    f"The Opacus trainer {self.fn.__name__!r} never called "
+                    "PrivacyEngine.make_private (or make_private_with_epsilon)."
+                )
+            if not white:
+                run.score = _black_box_score(model, X[canary.row], int(y[canary.row]))
+            runs.append(run)
+        return _output(runs, canary, settings.options)
+
+
+# --------------------------------------------------------------------------- one run
+
+
+@dataclass
+class _Run:
+    """What one model's run did, step by step (filled by the optimizer's hooks)."""
+
+    canary: CanarySetup | None
+    included: bool
+    coins: np.random.Generator
+    optimizer: Any = None
+    engine: Any = None
+    sampling_rate: float = float("nan")
+    dataset_size: int = 0
+    claim_epsilon: float | None = None
+    claim_delta: float | None = None
+    claim_steps: int | None = None
+    canary_coord: tuple[int, int] | None = None
+    untouched: tuple[int, int] | None = None
+    batch_sizes: list[int] = field(default_factory=list)
+    clipped_max: list[float] = field(default_factory=list)
+    untouched_noise: list[float] = field(default_factory=list)
+    canary_sums: list[float] = field(default_factory=list)
+    sigmas: list[float] = field(default_factory=list)
+    clips: list[float] = field(default_factory=list)
+    score: float = 0.0
+    # The logical step in progress (several clip calls with virtual steps).
+    _open: bool = False
+    _batch: int = 0
+    _clipped: float = 0.0
+    _touched: bool = False
+
+    @property
+    def steps(self) -> int:
+        return len(self.sigmas)
+
+
+@contextmanager
+def _seeded(model_seed: int) -> Iterator[None]:
+    """Seed torch, numpy's and Python's global generators, one thread; restore after."""
+    threads = torch.get_num_threads()
+    # One intra-op thread per run: the audited loops are small and run K times; threads
+    # only contend (3.6× the CPU time with 2 threads on 2 busy cores). Parallelism across
+    # models comes from dpaudit's workers ([execution] workers).
+    torch.set_num_threads(1)
+    torch_state = torch.get_rng_state()
+    # The user's loop may draw from numpy's legacy global generator: seed it too.
+    np_state = np.random.get_state()  # noqa: NPY002
+    py_state = random.getstate()
+    torch.manual_seed(model_seed)
+    np.random.seed(model_seed)  # noqa: NPY002
+    random.seed(model_seed)
+    try:
+        yield
+    finally:
+        torch.set_rng_state(torch_state)
+        torch.set_num_threads(threads)
+        np.random.set_state(np_state)  # noqa: NPY002
+        random.setstate(py_state)
+
+
+@contextmanager
+def _warnings_once() -> Iterator[None]:
+    """Show each distinct warning once per process (Opacus warns on every model)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for w in caught:
+        key = (w.category.__name__, str(w.message))
+        if key not in _SEEN_WARNINGS:
+            _SEEN_WARNINGS.add(key)
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+@contextmanager
+def _intercept(run: _Run, model_seed: int) -> Iterator[None]:
+    """Patch ``PrivacyEngine.make_private`` (and ``_with_epsilon``) for one run."""
+    from opacus import PrivacyEngine
+
+    make_private = PrivacyEngine.make_private
+    with_epsilon = PrivacyEngine.make_private_with_epsilon
+
+    def patched_make_private(engine: Any, *args: Any, **kwargs: Any) -> Any:
+        if run.optimizer is not None:
+            raise ConfigError("An audited Opacus run must call make_private exactly once.")
+        out = make_private(engine, *args, **kwargs)
+        _attach(run, engine, out[1], out[-1], model_seed)
+        return out
+
+    def patched_with_epsilon(engine: Any, *args: Any, **kwargs: Any) -> Any:
+        out = with_epsilon(engine, *args, **kwargs)
+        # Opacus calibrates σ for int(epochs / q) steps (opacus.accountants.utils).
+        run.claim_epsilon = float(kwargs["target_epsilon"])
+        run.claim_delta = float(kwargs["target_delta"])
+        run.claim_steps = int(kwargs["epochs"] / run.sampling_rate)
+        return out
+
+    PrivacyEngine.make_private = patched_make_private
+    PrivacyEngine.make_private_with_epsilon = patched_with_epsilon
+    try:
+        yield
+    finally:
+        PrivacyEngine.make_private = make_private
+        PrivacyEngine.make_private_with_epsilon = with_epsilon
+
+
+def _attach(run: _Run, engine: Any, optimizer: Any, loader: Any, model_seed: int) -> None:
+    """Read the loader, reseed its generators, and hook the optimizer's clip and noise."""
+    if not isinstance(optimizer.max_grad_norm, int | float):
+        raise ConfigError(
+            "The Opacus adapter audits flat clipping (one max_grad_norm). Got per-layer "
+            f"norms {optimizer.max_grad_norm!r}."
+        )
+    run.engine, run.optimizer = engine, optimizer
+    run.sampling_rate = float(getattr(loader, "sample_rate", None) or 1.0 / len(loader))
+    run.dataset_size = len(loader.dataset) + int(run.canary is not None and run.included)
+    sampler = getattr(loader, "batch_sampler", None)
+    for i, gen in enumerate(
+        (
+            getattr(sampler, "generator", None),
+            getattr(loader, "generator", None),
+            optimizer.generator,
+        )
+    ):
+        if isinstance(gen, torch.Generator):
+            gen.manual_seed(int(np.random.SeedSequence([model_seed, i]).generate_state(1)[0]))
+    params = list(optimizer.params)
+    if run.canary is not None:
+        run.canary_coord = _dirac_coordinate(run.canary, params)
+    optimizer.clip_and_accumulate = lambda: _clip_step(run, params)
+    optimizer.add_noise = lambda: _noise_step(run, params)
+
+
+def _dirac_coordinate(canary: CanarySetup, params: list[Any]) -> tuple[int, int]:
+    """(parameter index, flat index in it) of the Dirac canary in the optimizer's order."""
+    d = np.asarray(canary.direction)
+    total = sum(int(p.numel()) for p in params)
+    nonzero = np.flatnonzero(d)
+    if d.size != total or nonzero.size != 1:
+        raise ConfigError(
+            f"The Dirac canary has {d.size} coordinates but the Opacus model has {total} "
+            "parameters: set [dpsgd] model (and hidden) to the architecture your function "
+            "builds (dpaudit lays a linear layer out as weight (classes × features), bias)."
+        )
+    flat = int(nonzero[0])
+    for i, p in enumerate(params):
+        if flat < p.numel():
+            return i, flat
+        flat -= int(p.numel())
+    raise AssertionError("unreachable: the index is below the total")
+
+
+def _grad_rows(p: Any) -> torch.Tensor:
+    """A parameter's per-sample gradients as one tensor (Opacus keeps a list when the
+    gradients of several backward passes accumulate)."""
+    gs = p.grad_sample
+    return torch.cat(list(gs)) if isinstance(gs, list) else gs
+
+
+def _clip_step(run: _Run, params: list[Any]) -> None:
+    """Between backward() and clipping: add the canary row, observe, then clip."""
+    opt = run.optimizer
+    for p in params:
+        p.grad_sample = _grad_rows(p)
+    rows = int(params[0].grad_sample.shape[0])
+    if not run._open:
+        run._open, run._batch, run._clipped, run._touched = True, 0, 0.0, False
+        sampled = run.included and run.coins.random() < run.sampling_rate
+        if run.canary is not None and sampled:
+            _append_canary(run, params)
+            run._batch += 1
+    if run.untouched is None:
+        run.untouched = _pick_untouched(run, params, rows)
+    if run.untouched is not None:
+        i, j = run.untouched
+        column = params[i].grad_sample[:rows].reshape(rows, -1)[:, j]
+        run._touched |= bool(torch.any(column != 0))
+    run._batch += rows
+    squares = [p.grad_sample.reshape(p.grad_sample.shape[0], -1).double().square() for p in params]
+    norms = torch.cat(squares, dim=1).sum(dim=1).sqrt()
+    run._clipped = max(run._clipped, _probe_clipping(opt, params, norms))
+    type(opt).clip_and_accumulate(opt)
+
+
+def _append_canary(run: _Run, params: list[Any]) -> None:
+    assert run.canary_coord is not None  # set for white-box runs
+    i, j = run.canary_coord
+    norm = CANARY_NORM_FACTOR * float(run.optimizer.max_grad_norm)
+    for n, p in enumerate(params):
+        row = torch.zeros((1, *p.shape), dtype=p.grad_sample.dtype)
+        if n == i:
+            row.view(-1)[j] = norm
+        p.grad_sample = torch.cat([p.grad_sample, row])
+
+
+def _pick_untouched(run: _Run, params: list[Any], rows: int) -> tuple[int, int] | None:
+    """The first coordinate (not the canary's) with a zero gradient from every example.
+
+    Chosen from the first batch's gradients only, which do not depend on the noise, so the
+    noise later read there stays N(0, (σC)²) whatever coordinate is chosen.
+    """
+    for i, p in enumerate(params):
+        touched = torch.any(p.grad_sample[:rows].reshape(rows, -1) != 0, dim=0)
+        if run.canary_coord is not None and run.canary_coord[0] == i:
+            touched[run.canary_coord[1]] = True
+        free = torch.nonzero(~touched)
+        if free.numel():
+            return i, int(free[0, 0])
+    return None
+
+
+def _probe_clipping(opt: Any, params: list[Any], norms: torch.Tensor) -> float:
+    """The largest norm the optimizer's own clipping leaves of rows with these norms.
+
+    Row r of a probe batch has the r-th largest of ``norms`` on its own coordinate of the
+    first parameter and 0 elsewhere; after the optimizer's ``clip_and_accumulate`` that
+    coordinate of the summed gradient is row r's clipped norm (flat clipping scales a row
+    by a factor of its norm alone). One probe call per step: the rows with the largest
+    norms, as many as the first parameter has coordinates (the canary's row is the
+    largest). Adaptive clipping changes state when it clips and is not probed (NaN).
+    """
+    from opacus.optimizers import AdaClipDPOptimizer
+
+    if norms.numel() == 0:
+        return 0.0
+    if isinstance(opt, AdaClipDPOptimizer):
+        return float("nan")
+    saved = [(p.grad_sample, p.summed_grad) for p in params]
+    m = min(int(params[0].numel()), int(norms.numel()))
+    top = torch.topk(norms, m).values
+    try:
+        for p in params:
+            p.summed_grad = None
+            p.grad_sample = torch.zeros((m, *p.shape), dtype=p.dtype)
+        diagonal = torch.arange(m)
+        params[0].grad_sample.view(m, -1)[diagonal, diagonal] = top.to(params[0].dtype)
+        type(opt).clip_and_accumulate(opt)
+        return float(params[0].summed_grad.reshape(-1)[:m].abs().max())
+    finally:
+        for p, (gs, sg) in zip(params, saved, strict=True):
+            p.grad_sample, p.summed_grad = gs, sg
+
+
+def _noise_step(run: _Run, params: list[Any]) -> None:
+    """Add the optimizer's own noise, then read the privatised sums the audit observes."""
+    opt = run.optimizer
+    type(opt).add_noise(opt)
+    run._open = False
+    run.batch_sizes.append(run._batch)
+    run.clipped_max.append(run._clipped)
+    run.sigmas.append(float(opt.noise_multiplier))
+    run.clips.append(float(opt.max_grad_norm))
+    if run.untouched is not None and not run._touched:
+        i, j = run.untouched
+        run.untouched_noise.append(float(params[i].grad.reshape(-1)[j]))
+    else:
+        run.untouched_noise.append(float("nan"))
+    if run.canary_coord is not None:
+        i, j = run.canary_coord
+        run.canary_sums.append(float(params[i].grad.reshape(-1)[j]))
+
+
+def _the_model(out: Any) -> torch.nn.Module | None:
+    if isinstance(out, torch.nn.Module):
+        return out
+    if isinstance(out, tuple | list):
+        return next((o for o in out if isinstance(o, torch.nn.Module)), None)
+    return None
+
+
+def _black_box_score(model: torch.nn.Module | None, x: np.ndarray, label: int) -> float:
+    """Minus the canary's loss under the final model (cross-entropy of its logits)."""
+    if model is None:
+        raise ConfigError("A black-box audit needs the Opacus function to return its model.")
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        logits = model(torch.as_tensor(x[None, :]))
+    model.train(was_training)
+    logits = logits.double().reshape(1, -1)
+    if logits.shape[1] == 1:  # one logit: binary cross-entropy
+        target = torch.tensor([[float(label)]], dtype=torch.float64)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, target)
+    else:
+        loss = torch.nn.functional.cross_entropy(logits, torch.tensor([label]))
+    return -float(loss)
+
+
+# ---------------------------------------------------------------------- what ran, claims
+
+
+def _white_box_score(run: _Run, score: str) -> float:
+    """The run's score from its per-step privatised sums on the canary coordinate."""
+    x = np.asarray(run.canary_sums, dtype=np.float64)
+    sigma, clip = min(run.sigmas, default=0.0), max(run.clips, default=1.0)
+    if score == "sum" or sigma == 0.0 or x.size == 0:
+        return float(x.sum())
+    from dpaudit.whitebox import mixture_log_likelihood_ratio
+
+    llr = mixture_log_likelihood_ratio(
+        x, sampling_rate=run.sampling_rate, noise_multiplier=sigma, clipping_norm=clip
+    )
+    return float(llr.sum())
+
+
+def _record(run: _Run) -> DPSGDRecord:
+    """What ran, from the Opacus objects: the smallest σ of any step is the one accounted."""
+    q = run.sampling_rate
+    return DPSGDRecord(
+        noise_multiplier=min(run.sigmas, default=float(run.optimizer.noise_multiplier)),
+        sampling_rate=q,
+        steps=run.steps,
+        clipping_norm=max(run.clips, default=float(run.optimizer.max_grad_norm)),
+        sampling="full-batch" if q == 1.0 else "poisson",
+        dataset_size=run.dataset_size,
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def _accountant_epsilon(
+    mechanism: str, history: tuple[tuple[float, float, int], ...], delta: float
+) -> float:
+    """Opacus' own ε(δ) for an accountant history (cached: every model has the same one)."""
+    from opacus.accountants import create_accountant
+
+    accountant = create_accountant(mechanism=mechanism)
+    accountant.history = [tuple(h) for h in history]
+    return float(accountant.get_epsilon(delta))
+
+
+def _claim(runs: list[_Run], options: dict[str, Any]) -> Claim | None:
+    """The ε stated for the runs at one δ (options, target ε, Opacus' own accountant).
+
+    Each statement about a model is a claim that model must meet, so a model's claim is
+    the smallest of them; the claim of the audit must hold for every model, so it is the
+    largest of the models' claims. The δ is ``options["delta"]``, else the
+    ``target_delta`` given to ``make_private_with_epsilon``; without either, no claim.
+    """
+    delta = options.get("delta", runs[0].claim_delta)
+    if delta is None:
+        return None
+    delta = float(delta)
+    per_model = []
+    for run in runs:
+        stated = [float(options["epsilon"])] if options.get("epsilon") is not None else []
+        # (ε, δ')-DP with δ' ≤ δ is also (ε, δ)-DP.
+        if (
+            run.claim_epsilon is not None
+            and run.claim_delta is not None
+            and run.claim_delta <= delta
+        ):
+            stated.append(run.claim_epsilon)
+        history = tuple((float(s), float(q), int(t)) for s, q, t in run.engine.accountant.history)
+        if history:
+            stated.append(_accountant_epsilon(run.engine.accountant.mechanism(), history, delta))
+        if not stated:
+            return None
+        per_model.append(min(stated))
+    return Claim(epsilon=max(per_model), delta=delta)
+
+
+def _accounted(run: _Run, options: dict[str, Any]) -> tuple[float, float, float, int]:
+    """(q, σ, C, T) the run was accounted with: options, else what Opacus was told."""
+    history = list(run.engine.accountant.history)
+    q_hist = history[-1][1] if history else run.sampling_rate
+    sigma_hist = min((h[0] for h in history), default=min(run.sigmas, default=0.0))
+    steps_hist = sum(int(h[2]) for h in history)
+    steps = options.get("steps", run.claim_steps if run.claim_steps is not None else steps_hist)
+    return (
+        float(options.get("sampling_rate", q_hist)),
+        float(options.get("noise_multiplier", sigma_hist)),
+        float(options.get("clipping_norm", max(run.clips, default=1.0))),
+        int(steps),
+    )
+
+
+def _observations(runs: list[_Run], options: dict[str, Any]) -> Any:
+    from dpaudit.greybox import GreyBoxObservations
+
+    width = max(r.steps for r in runs)
+    k = len(runs)
+    batch = np.zeros((k, width), dtype=np.int64)
+    clipped = np.full((k, width), np.nan)
+    noise = np.full((k, width), np.nan)
+    for i, r in enumerate(runs):
+        batch[i, : r.steps] = r.batch_sizes
+        clipped[i, : r.steps] = r.clipped_max
+        noise[i, : r.steps] = r.untouched_noise
+    accounted = np.array([_accounted(r, options) for r in runs])
+    return GreyBoxObservations(
+        batch_sizes=batch,
+        dataset_size=np.array([r.dataset_size for r in runs], dtype=np.int64),
+        sampling_rate=accounted[:, 0],
+        clipped_norms_max=clipped,
+        clipping_norm=accounted[:, 2],
+        untouched_noise=noise,
+        noise_multiplier=accounted[:, 1],
+        steps_run=np.array([r.steps for r in runs], dtype=np.int64),
+        steps_accounted=accounted[:, 3].astype(np.int64),
+    )
+
+
+def _output(runs: list[_Run], canary: CanarySetup, options: dict[str, Any]) -> TrainerOutput:
+    if canary.threat_model == "white-box":
+        score = getattr(canary, "score", "sum")
+        for r in runs:
+            r.score = _white_box_score(r, score)
+    extra: dict[str, Any] = {}
+    if "observations" in {f.name for f in fields(TrainerOutput)}:
+        extra["observations"] = _observations(runs, options)
+    return TrainerOutput(
+        scores=np.array([r.score for r in runs], dtype=np.float64),
+        records=tuple(_record(r) for r in runs),
+        claim=_claim(runs, options),
+        **extra,
+    )
