@@ -290,7 +290,8 @@ class ByoSpec(Table):
 
     Attributes:
         data, target, model, training: the shared tables (``[model]`` / ``[training]``
-            are the recipe of the reference models).
+            are the recipe of the reference models unless ``target.references`` trains
+            them like the target: ``"clone"`` or a training function).
         attacks, reference_models, shadow_models: ``[membership]``.
         seed: the audit seed.
         base_dir: the audit file's folder (paths resolve here).

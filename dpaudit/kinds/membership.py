@@ -7,7 +7,10 @@ confidence level or δ, so changing those re-measures the same trained models. A
 that read reference models (every LiRA variant and RMIA) share ONE reference set per
 unit, trained with the seed of the first of them in the list. Brought
 targets (``[target] path`` / ``factory`` / ``scores``, :mod:`dpaudit.targets`): a unit
-per attack stores the scores and the user's membership.
+per attack stores the scores and the user's membership; their shadow and reference
+models follow ``[target] references`` (the ``[model]`` / ``[training]`` recipe by
+default, clones of a scikit-learn estimator, or the user's training function), and each
+such attack's test says which in ``details["references"]``.
 
 One summariser serves both: per attack a test (ROC, AUC, TPR at low FPR, advantage with
 intervals), the one-run ε lower bound (rigorous when membership was decided by fair
