@@ -543,3 +543,25 @@ def test_missing_observations_fail_only_when_the_file_asks(tmp_path: Path) -> No
     assert [c.passed for c in default if c.name == "greybox_noise"] == [True]
     assert [c.passed for c in strict if c.name == "greybox_noise"] == [False]
     assert "fails closed" in next(c.message for c in strict if c.name == "greybox_noise")
+
+
+def test_coerce_output_checks_observations() -> None:
+    from dpaudit.records import DPSGDRecord
+    from dpaudit.trainers import coerce_output
+
+    record = DPSGDRecord(
+        noise_multiplier=1.0, sampling_rate=0.1, steps=3, clipping_norm=1.0, dataset_size=200
+    )
+    good = _obs(np.full((1, 3), 20))
+    out = coerce_output(
+        {"scores": [0.0], "records": [record], "observations": good}, num_models=1, name="t"
+    )
+    assert out.observations is good
+    with pytest.raises(
+        DpauditError, match=r"must return observations of every model \(2\). Got 1."
+    ):
+        coerce_output({"scores": [0.0, 1.0], "claim": {"epsilon": 1.0, "delta": 0.0},
+                       "observations": good}, num_models=2, name="t")  # fmt: skip
+    with pytest.raises(DpauditError, match="must return 'observations' as a GreyBoxObservations"):
+        coerce_output({"scores": [0.0], "records": [record], "observations": {}}, num_models=1,
+                      name="t")  # fmt: skip
