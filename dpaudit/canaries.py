@@ -9,7 +9,12 @@ with the canary "in":
   times the largest row norm);
 * ``clipbkd``: ClipBKD's row along the direction of LEAST variance of the data, so that no
   real example's gradient points the same way and the canary's gradient survives clipping
-  almost unperturbed (Jagielski, Ullman, Oprea 2020, Alg. 2).
+  almost unperturbed (Jagielski, Ullman, Oprea 2020, Alg. 2);
+* ``crafted``: a row that is nonzero only on a feature every real row leaves at 0, so that
+  only the canary moves that feature's weights; with the worst-case initial parameters of
+  :func:`worst_case_initial_parameters` its clipped gradient is the same known vector in
+  every step, and the final model's logits on it are canary + Gaussian noise (the
+  black-box levers of Annamalai and De Cristofaro 2024, arXiv 2405.14106v4).
 
 The white-box ``dirac`` canary is not a row but a gradient: a one-hot vector in parameter
 space, added (at the clipping norm) to the clipped gradient sum of the models with the
@@ -31,19 +36,31 @@ from dpaudit.errors import DataError, DpauditError, check_choice
 
 __all__ = [
     "CANARY_KINDS",
+    "CRAFTED_VALUE",
     "INPUT_CANARY_KINDS",
+    "CraftedCanary",
+    "CraftedRun",
     "InputCanary",
     "clipbkd_canary",
+    "crafted_canary",
+    "crafted_clipped_weight",
+    "crafted_score_moments",
     "dirac_direction",
     "input_canary",
     "mislabeled_canary",
     "ood_canary",
     "with_zero_feature",
+    "worst_case_initial_parameters",
+    "worst_case_margin",
 ]
 
-CanaryKind = Literal["mislabeled", "ood", "clipbkd", "dirac"]
-CANARY_KINDS: tuple[str, ...] = ("mislabeled", "ood", "clipbkd", "dirac")
-INPUT_CANARY_KINDS: tuple[str, ...] = ("mislabeled", "ood", "clipbkd")
+CanaryKind = Literal["mislabeled", "ood", "clipbkd", "crafted", "dirac"]
+CANARY_KINDS: tuple[str, ...] = ("mislabeled", "ood", "clipbkd", "crafted", "dirac")
+INPUT_CANARY_KINDS: tuple[str, ...] = ("mislabeled", "ood", "clipbkd", "crafted")
+#: The crafted canary's value on its feature: its gradient (e_decoy − e_label) ⊗ (x, 1)
+#: has norm √2·√(v² + 1), so any C up to 1414 clips it, and its bias entries are a
+#: fraction 1/√(v² + 1) < 1e-3 of it.
+CRAFTED_VALUE = 1000.0
 
 
 @dataclass(frozen=True)
@@ -142,9 +159,17 @@ def clipbkd_canary(
 
 def input_canary(
     kind: str, X: Any, y: Any, *, seed: int, num_classes: int | None = None
-) -> InputCanary:
-    """The input-space canary of ``kind`` (one of :data:`INPUT_CANARY_KINDS`)."""
+) -> InputCanary | CraftedCanary:
+    """The input-space canary of ``kind`` (one of :data:`INPUT_CANARY_KINDS`).
+
+    ``crafted`` sits on the last feature (which must be all-zero) at :data:`CRAFTED_VALUE`.
+    """
     check_choice("canary", kind, INPUT_CANARY_KINDS)
+    if kind == "crafted":
+        x = np.asarray(X)
+        return crafted_canary(
+            X, y, feature=int(x.shape[1]) - 1, value=CRAFTED_VALUE, num_classes=num_classes
+        )
     make = {"mislabeled": mislabeled_canary, "ood": ood_canary, "clipbkd": clipbkd_canary}[kind]
     return make(X, y, seed=seed, num_classes=num_classes)
 
@@ -189,3 +214,175 @@ def dirac_direction(num_parameters: int, index: int) -> np.ndarray:
 def logistic_weight_index(*, num_features: int, cls: int, feature: int) -> int:
     """Flat index of a logistic regression's weight of class ``cls`` on ``feature``."""
     return int(cls) * int(num_features) + int(feature)
+
+
+# ------------------------------------------------------------- black-box levers (crafted)
+
+
+@dataclass(frozen=True)
+class CraftedCanary:
+    """An input canary crafted so that only it moves its own parameters.
+
+    The row is ``value`` on one feature that every real row leaves at 0, and 0 elsewhere.
+    For a linear layer the gradient on the weights of feature j is δ·x_j, so no real row
+    ever touches the weights of that feature; only the canary does (Annamalai and De
+    Cristofaro 2024, arXiv 2405.14106v4, §3: the black-box levers).
+
+    Attributes:
+        x: ``(d,)`` the row.
+        y: its label.
+        decoy: the class the worst-case initial parameters make the model predict for it.
+        feature: the index of its feature.
+        value: its value on that feature.
+    """
+
+    x: np.ndarray = field(repr=False)
+    y: int
+    decoy: int
+    feature: int
+    value: float
+
+    @property
+    def kind(self) -> str:
+        return "crafted"
+
+
+def crafted_canary(
+    X: Any, y: Any, *, feature: int, value: float, num_classes: int | None = None
+) -> CraftedCanary:
+    """The crafted canary on ``feature``, which must be all-zero in ``X``.
+
+    Its label is the rarest class and its decoy the next class (mod the number of
+    classes): any pair of distinct classes works, since the worst-case initial parameters
+    (:func:`worst_case_initial_parameters`) put the decoy far ahead on that feature.
+
+    Raises:
+        DataError: ``feature`` is out of range or some row is nonzero on it.
+        DpauditError: ``value`` is not a positive finite number.
+    """
+    x, labels = _check_data(X, y)
+    d = int(x.shape[1])
+    if isinstance(feature, bool) or not isinstance(feature, int | np.integer):
+        raise DataError(f"The 'feature' parameter must be an integer. Got {feature!r}.")
+    if not 0 <= int(feature) < d:
+        raise DataError(f"The 'feature' parameter must be in [0, {d - 1}]. Got {feature}.")
+    if np.any(x[:, int(feature)] != 0.0):
+        raise DataError(
+            f"The crafted canary needs an all-zero feature; column {int(feature)} has "
+            f"{int(np.count_nonzero(x[:, int(feature)]))} nonzero rows."
+        )
+    if not (isinstance(value, int | float) and np.isfinite(value) and value > 0):
+        raise DpauditError(f"The 'value' parameter must be a positive number. Got {value!r}.")
+    k = _num_classes(labels, num_classes)
+    label = int(np.argmin(np.bincount(labels, minlength=k)))
+    row = np.zeros(d)
+    row[int(feature)] = float(value)
+    return CraftedCanary(row, label, (label + 1) % k, int(feature), float(value))
+
+
+@dataclass(frozen=True)
+class CraftedRun:
+    """What the worst-case initial parameters must survive: the audited DP-(S)GD run.
+
+    Attributes:
+        steps: the most steps any model makes.
+        learning_rate: the SGD step size (no momentum, no weight decay).
+        clipping_norm: C.
+        noise_multiplier: σ (noise σ·C on the clipped sum).
+        divisor: the smallest divisor of the noisy sum (q·n, or n for full batch).
+        batch_rows: the most rows one batch can hold, the canary included (n + 1).
+    """
+
+    steps: int
+    learning_rate: float
+    clipping_norm: float
+    noise_multiplier: float
+    divisor: float
+    batch_rows: int
+
+
+#: Standard deviations of head-room in the worst-case margin: a Gaussian random walk's
+#: running maximum exceeds 12 of its final standard deviations with probability at most
+#: 2·Φ(−12) < 1e-32 (reflection principle), so no feasible audit ever sees the canary's
+#: gradient leave the clipping bound.
+_HEADROOM_SIGMAS = 12.0
+#: Logit margin kept on top: at a margin of 30 every class but the decoy has probability
+#: below e^-30 < 1e-13, far below float32's half-ulp at 1, so δ = e_decoy − e_label in
+#: float32 up to entries of 1e-13.
+_LOGIT_FLOOR = 30.0
+
+
+def worst_case_margin(canary: CraftedCanary, run: CraftedRun) -> float:
+    """The decoy's head start A on the canary's feature weight (weight units).
+
+    With initial weights W[decoy, j] = A and 0 elsewhere, the canary is misclassified by a
+    logit margin of at least ``_LOGIT_FLOOR`` in every step (except with probability below
+    1e-32), so its per-example gradient is exactly (e_decoy − e_label) ⊗ (x, 1), of norm
+    √2·√(v² + 1) ≥ C, and clipping scales it to norm C along a known direction. The margin
+    covers: the canary's own drift (at most T·lr·√2·C/divisor in the weight difference),
+    12 standard deviations of the noise on it (lr·σC·√(2T)/divisor), and, divided by the
+    canary's value v, the most the biases can move (a batch of at most ``batch_rows``
+    clipped gradients moves a bias difference by at most lr·√2·rows·C/divisor per step)
+    plus the same noise.
+    """
+    r = run
+    drift = r.steps * r.learning_rate * np.sqrt(2.0) * r.clipping_norm / r.divisor
+    noise = (
+        r.learning_rate * r.noise_multiplier * r.clipping_norm * np.sqrt(2.0 * r.steps) / r.divisor
+    )
+    bias = r.steps * r.learning_rate * np.sqrt(2.0) * r.batch_rows * r.clipping_norm / r.divisor
+    head = drift + _HEADROOM_SIGMAS * noise
+    return float(head + (bias + _HEADROOM_SIGMAS * noise + _LOGIT_FLOOR) / canary.value)
+
+
+def worst_case_initial_parameters(
+    canary: CraftedCanary, run: CraftedRun, *, num_features: int, num_classes: int
+) -> np.ndarray:
+    """The worst-case θ₀ of a logistic regression for the crafted canary, flat ``(P,)``.
+
+    Every parameter is 0 except the decoy class's weight on the canary's feature, which
+    is :func:`worst_case_margin`. Layout: weight ``(C, d)`` row-major, then bias ``(C,)``
+    (:meth:`dpaudit.models.ModelStack.flat_parameters`). The same θ₀ serves every model of
+    both arms, as the multi-run audit needs; DP-SGD's guarantee holds for any fixed θ₀,
+    which is why the auditor may choose it (Annamalai and De Cristofaro 2024, arXiv
+    2405.14106v4, §3).
+    """
+    theta = np.zeros(num_classes * num_features + num_classes)
+    theta[canary.decoy * num_features + canary.feature] = worst_case_margin(canary, run)
+    return theta
+
+
+def crafted_clipped_weight(canary: CraftedCanary, clipping_norm: float) -> float:
+    """|Clipped gradient| on each of the canary's two moving weights, per step it is in.
+
+    The gradient is (e_decoy − e_label) ⊗ (x, 1), of norm g = √2·√(v² + 1); Opacus'
+    factor min(1, C/(g + 1e-6)) scales its weight entries (±v) to ±v·C/(g + 1e-6).
+    """
+    v = canary.value
+    g = np.sqrt(2.0) * np.sqrt(v * v + 1.0)
+    return float(v * min(1.0, clipping_norm / (g + 1e-6)))
+
+
+def crafted_score_moments(
+    canary: CraftedCanary,
+    run: CraftedRun,
+    *,
+    divisor: float,
+    included: bool,
+    margin: float,
+) -> tuple[float, float]:
+    """Mean and standard deviation of the logit-shift score under full-batch DP-GD.
+
+    The score is (W[label, j] − W[decoy, j]) at the end. It starts at −``margin``; each of
+    the T steps adds lr·(2·c + noise difference)/``divisor`` where c is
+    :func:`crafted_clipped_weight` (when the canary is in) and the noise difference is
+    N(0, 2σ²C²). So the score is exactly N(−A + [in]·2Tlr·c/divisor, 2Tlr²σ²C²/divisor²).
+    """
+    r = run
+    mean = -margin + (
+        2.0 * r.steps * r.learning_rate * crafted_clipped_weight(canary, r.clipping_norm) / divisor
+        if included
+        else 0.0
+    )
+    std = r.learning_rate * r.noise_multiplier * r.clipping_norm * np.sqrt(2.0 * r.steps) / divisor
+    return float(mean), float(std)

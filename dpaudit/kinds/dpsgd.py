@@ -52,9 +52,10 @@ if TYPE_CHECKING:
     # Bounds, results and accounting load scipy: imported where a summary is made, so
     # that validating an audit file stays fast.
     from dpaudit.bounds import EpsilonBound, MuBound
+    from dpaudit.canaries import CraftedCanary
     from dpaudit.executors import UnitStats
     from dpaudit.greybox import GreyBoxTest
-    from dpaudit.models import ModelSpec
+    from dpaudit.models import ModelSpec, ModelStack
     from dpaudit.results import Check, Comparison, TestSummary
     from dpaudit.trainers import TrainerOutput
     from dpaudit.training import TrainingSpec
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUILTIN_TRAINERS",
+    "BlackBoxSection",
     "DpsgdKind",
     "DpsgdOutcome",
     "DpsgdSection",
@@ -99,6 +101,32 @@ class OneRunSection(Table):
         return self
 
 
+class BlackBoxSection(Table):
+    """``[dpsgd.black_box]``: the black-box levers of Annamalai and De Cristofaro (2024).
+
+    Attributes:
+        initial: ``random`` (each model's own random initialisation) or ``worst-case``: one
+            θ₀ shared by every model of both arms, all zeros except the decoy class's
+            weight on the crafted canary's feature, far enough ahead that the canary stays
+            misclassified and its clipped gradient is the same known vector in every step
+            (:func:`dpaudit.canaries.worst_case_initial_parameters`).
+        score: ``loss`` (minus the canary's loss on the final model) or ``logit-shift``:
+            the final model's logit margin of the canary's label over its decoy class on
+            the canary, minus the same margin on the canary with its feature set to 0,
+            divided by the canary's value. Two queries of the final model; for a logistic
+            regression it is exactly the canary's weight difference W[label, j] −
+            W[decoy, j], which is Gaussian under full-batch DP-GD.
+
+    References:
+        Annamalai and De Cristofaro 2024, "Nearly Tight Black-Box Auditing of
+        Differentially Private Machine Learning", arXiv 2405.14106v4, §3 (worst-case
+        initial parameters; full-batch training; the final model's output on the target).
+    """
+
+    initial: Literal["random", "worst-case"] = "random"
+    score: Literal["loss", "logit-shift"] = "loss"
+
+
 class DpsgdSection(Table):
     """``[dpsgd]``: a canary audit of a training procedure.
 
@@ -116,13 +144,15 @@ class DpsgdSection(Table):
         training: the shared training table (``epochs`` defaults to 1 here).
         trainer: a registered trainer (:data:`BUILTIN_TRAINERS`) or ``"pkg.module:function"``.
         options: trainer options (``epsilon``, ``lam``, ``parties``, or a user trainer's).
-        canary: ``mislabeled`` | ``ood`` | ``clipbkd`` (input rows) | ``dirac`` (gradient).
+        canary: ``mislabeled`` | ``ood`` | ``clipbkd`` | ``crafted`` (input rows) | ``dirac``
+            (gradient). ``crafted`` sits on an appended all-zero feature that only it uses.
         threat_model: ``black-box`` (final model's canary loss) or ``white-box`` (sum over
             steps of the update's projection on the Dirac canary).
         trials: models per arm (with and without the canary).
         threshold: ``split`` or ``bonferroni`` (see :mod:`dpaudit.bounds`).
         models_per_unit: models per work unit (default ``[execution] unit_size``, capped).
         one_run: optional one-run audit.
+        black_box: optional black-box levers (worst-case θ₀, logit-shift score).
     """
 
     dataset: str = "synthetic"
@@ -136,12 +166,13 @@ class DpsgdSection(Table):
     training: DpsgdTrainingSection = DpsgdTrainingSection()
     trainer: str = "dpsgd"
     options: dict[str, float | int | str] = Field(default_factory=dict)
-    canary: Literal["mislabeled", "ood", "clipbkd", "dirac"] = "dirac"
+    canary: Literal["mislabeled", "ood", "clipbkd", "crafted", "dirac"] = "dirac"
     threat_model: Literal["black-box", "white-box"] = "white-box"
     trials: Annotated[int, Field(ge=0, le=10_000_000)] = 1000
     threshold: Literal["split", "bonferroni"] = "split"
     models_per_unit: Annotated[int, Field(ge=1)] | None = None
     one_run: OneRunSection | None = None
+    black_box: BlackBoxSection | None = None
 
     @property
     def full_batch(self) -> bool:
@@ -179,6 +210,43 @@ class DpsgdSection(Table):
             raise ValueError("[dpsgd.one_run] audits the 'dpsgd' trainer with 'dirac' canaries")
         return self
 
+    @model_validator(mode="after")
+    def _black_box_levers(self) -> DpsgdSection:
+        problem = _black_box_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+
+def _black_box_problem(s: DpsgdSection) -> str | None:
+    """Why the crafted canary or ``[dpsgd.black_box]`` cannot be used as configured."""
+    if s.canary == "crafted":
+        if s.zero_features == 0:
+            return "the 'crafted' canary needs an all-zero feature: zero_features >= 1"
+        if s.normalize:
+            return "the 'crafted' canary is not normalised: set normalize = false"
+    b = s.black_box
+    if b is None:
+        return None
+    if s.threat_model != "black-box":
+        return "[dpsgd.black_box] needs threat_model = 'black-box'"
+    if (b.initial == "worst-case" or b.score == "logit-shift") and s.canary != "crafted":
+        return (
+            "initial = 'worst-case' and score = 'logit-shift' need canary = 'crafted'; "
+            f"got canary={s.canary!r}"
+        )
+    if b.initial == "worst-case":
+        if s.trainer not in _ENGINE_TRAINERS:
+            return (
+                "initial = 'worst-case' needs the 'dpsgd' or 'dpgd' trainer (the engine "
+                f"starts every model from it); got trainer={s.trainer!r}"
+            )
+        if s.model != "logistic":
+            return f"initial = 'worst-case' is made for model = 'logistic'; got {s.model!r}"
+        if s.training.momentum != 0.0 or s.training.weight_decay != 0.0:
+            return "initial = 'worst-case' needs momentum = 0 and weight_decay = 0"
+    return None
+
 
 class DpsgdSpec(Table):
     """What a dpsgd unit depends on: a pure, picklable function input."""
@@ -201,6 +269,7 @@ class _Setup:
     direction: np.ndarray | None
     model: ModelSpec
     training: TrainingSpec
+    crafted: CraftedCanary | None = None
 
 
 def _stream_seed(seed: int, *purpose: int) -> int:
@@ -231,20 +300,24 @@ def _load_data(s: DpsgdSection, seed: int, base_dir: str) -> tuple[np.ndarray, n
 
 @functools.lru_cache(maxsize=8)
 def _setup_cached(section_json: str, seed: int, base_dir: str) -> _Setup:
-    from dpaudit.canaries import dirac_direction, input_canary, with_zero_feature
+    from dpaudit.canaries import CraftedCanary, dirac_direction, input_canary, with_zero_feature
     from dpaudit.models import ModelSpec, layer_shapes
     from dpaudit.recipes import training_spec
 
     s = DpsgdSection.model_validate_json(section_json)
     X, y, num_classes = _load_data(s, seed, base_dir)
     canary_row = None
-    zero = s.zero_features if s.zero_features is not None else (1 if s.canary == "dirac" else 0)
+    crafted = None
+    zero = s.zero_features
+    if zero is None:
+        zero = 1 if s.canary in ("dirac", "crafted") else 0
     if zero:
         # Appended before an input canary is made: ClipBKD then finds the all-zero column
         # as the direction of least variance, where no real example pulls the model.
         X = with_zero_feature(X, zero)
     if s.canary in INPUT_CANARY_KINDS:
         c = input_canary(s.canary, X, y, seed=_stream_seed(seed, 3), num_classes=num_classes)
+        crafted = c if isinstance(c, CraftedCanary) else None
         X = np.concatenate([X, c.x[None, :].astype(np.float32)])
         y = np.concatenate([y, [c.y]]).astype(np.int64)
         canary_row = X.shape[0] - 1
@@ -261,7 +334,38 @@ def _setup_cached(section_json: str, seed: int, base_dir: str) -> _Setup:
     # The canary row is an extra record: q and T are those of the real rows.
     members = int(X.shape[0]) - (canary_row is not None)
     training = training_spec(s.training, members=members, full_batch=s.full_batch)
-    return _Setup(X, y, num_classes, canary_row, direction, model, training)
+    if crafted is not None and s.black_box is not None and s.black_box.initial == "worst-case":
+        training = _worst_case_training(crafted, training, members, X.shape[1], num_classes)
+    return _Setup(X, y, num_classes, canary_row, direction, model, training, crafted)
+
+
+def _worst_case_training(
+    crafted: CraftedCanary, training: TrainingSpec, members: int, d: int, num_classes: int
+) -> TrainingSpec:
+    """``training`` started from the worst-case θ₀ of the crafted canary (shared by all)."""
+    from dpaudit.canaries import CraftedRun, worst_case_initial_parameters
+    from dpaudit.recipes import sampling_plan
+
+    dp = training.dp
+    assert dp is not None  # the engine trainers need [dpsgd.training.dp]
+    # The arm with the canary has members + 1 rows: its T may be one epoch-step longer.
+    _, steps = sampling_plan(
+        members + 1,
+        batch_size=training.batch_size,
+        epochs=training.epochs,
+        full_batch=training.full_batch,
+    )
+    run = CraftedRun(
+        steps=int(steps),
+        learning_rate=training.learning_rate,
+        clipping_norm=dp.clipping_norm,
+        noise_multiplier=dp.noise_multiplier,
+        # the smallest divisor of either arm: n (full batch) or b = q·n (Poisson)
+        divisor=float(members if training.full_batch else training.batch_size),
+        batch_rows=members + 1,
+    )
+    theta = worst_case_initial_parameters(crafted, run, num_features=d, num_classes=num_classes)
+    return replace(training, initial_parameters=tuple(theta.tolist()))
 
 
 def _setup(spec: DpsgdSpec) -> _Setup:
@@ -327,17 +431,20 @@ def dpsgd_unit(spec: DpsgdSpec, unit: str) -> dict[str, np.ndarray]:
     )
     return {
         "included": included,
-        "scores": _scores(out, setup),
+        "scores": _scores(out, setup, s.black_box),
         **_ran_arrays(out),
         **_greybox_arrays(out),
     }
 
 
-def _scores(out: TrainerOutput, setup: _Setup) -> np.ndarray:
+def _scores(out: TrainerOutput, setup: _Setup, black_box: BlackBoxSection | None) -> np.ndarray:
     if out.scores is not None:
         return np.asarray(out.scores, dtype=np.float64).reshape(-1)
     if setup.canary_row is None or out.models is None:
         raise ConfigError("A trainer returning models needs an input-space canary to score.")
+    if black_box is not None and black_box.score == "logit-shift":
+        assert setup.crafted is not None  # the section requires the crafted canary
+        return _logit_shift_scores(out.models, setup.crafted)
     x = setup.X[setup.canary_row : setup.canary_row + 1]
     y = setup.y[setup.canary_row : setup.canary_row + 1]
     # Black-box score: minus the canary's loss on the final model (lower loss ⇒ "in").
@@ -346,6 +453,23 @@ def _scores(out: TrainerOutput, setup: _Setup) -> np.ndarray:
     scores: np.ndarray = -losses[:, 0].double().numpy()
     if not np.all(np.isfinite(scores)):
         raise DataError("A model gave the canary an infinite or NaN loss.")
+    return scores
+
+
+def _logit_shift_scores(models: ModelStack, crafted: CraftedCanary) -> np.ndarray:
+    """Black-box logit-shift scores of the crafted canary (see :class:`BlackBoxSection`).
+
+    Two queries per model, the canary and the canary with its feature at 0 (for the
+    crafted canary: the all-zero input); the difference of the label-over-decoy margins
+    cancels every parameter the canary's feature does not multiply.
+    """
+    queries = np.stack([crafted.x, np.zeros_like(crafted.x)])
+    double = models.dtype.itemsize == 8
+    logits = models.logits(queries if double else queries.astype(np.float32)).double()
+    margin = logits[:, :, crafted.y] - logits[:, :, crafted.decoy]  # (K, 2)
+    scores: np.ndarray = ((margin[:, 0] - margin[:, 1]) / crafted.value).numpy()
+    if not np.all(np.isfinite(scores)):
+        raise DataError("A model gave the crafted canary an infinite or NaN logit.")
     return scores
 
 

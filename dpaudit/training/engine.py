@@ -1041,10 +1041,19 @@ def train_many(
         device=device,
         model_offset=model_offset,
     )
+    theta0 = stack.flat_parameters()
+    if training.initial_parameters is not None:
+        shared = torch.as_tensor(training.initial_parameters, dtype=dtype, device=device)
+        if shared.numel() != theta0.shape[1]:
+            raise ConfigError(
+                f"The 'initial_parameters' must have {theta0.shape[1]} entries (one per "
+                f"parameter). Got {shared.numel()} instead."
+            )
+        theta0 = shared.unsqueeze(0).expand_as(theta0).clone()
     backend = LinearStackBackend(model, x.shape[1], classes)
     run = run_engine(
         backend,
-        stack.flat_parameters(),
+        theta0,
         x,
         labels,
         mask,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -84,6 +84,10 @@ class TrainingSpec:
             does, i.e. after clipping and noise, as with an Opacus-wrapped optimizer.
         dp: the DP mechanism, or ``None`` for plain (non-private) SGD.
         full_batch: ``True`` for (DP-)GD: q = 1, every member in every step.
+        initial_parameters: one flat ``(P,)`` starting point shared by every model (the
+            order of :meth:`dpaudit.models.ModelStack.flat_parameters`), or ``None`` for
+            each model's own random initialisation. DP-SGD's guarantee holds for any
+            fixed starting point, so an auditor may choose the worst one.
     """
 
     epochs: int = 10
@@ -93,6 +97,7 @@ class TrainingSpec:
     weight_decay: float = 0.0
     dp: DPConfig | None = None
     full_batch: bool = False
+    initial_parameters: tuple[float, ...] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         _check_int("epochs", self.epochs, 1)
@@ -114,6 +119,14 @@ class TrainingSpec:
             raise ConfigError(
                 f"The 'full_batch' parameter must be a bool. Got {self.full_batch!r} instead."
             )
+        if self.initial_parameters is not None:
+            theta = np.asarray(self.initial_parameters, dtype=np.float64)
+            if theta.ndim != 1 or theta.size == 0 or not np.all(np.isfinite(theta)):
+                raise ConfigError(
+                    "The 'initial_parameters' parameter must be a non-empty 1-D sequence of "
+                    f"finite numbers or None. Got shape {theta.shape} instead."
+                )
+            object.__setattr__(self, "initial_parameters", tuple(float(v) for v in theta))
 
 
 @dataclass(frozen=True)
