@@ -64,15 +64,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFENCES",
+    "Complexity",
     "Defence",
     "ErrorSummary",
     "Network",
+    "ScalingFit",
     "analytic_inversion",
     "defended_gradient",
+    "direction_nrmse",
+    "fit_scaling",
     "identification_epsilon_lower_bound",
     "identification_success_bound",
     "infer_labels",
     "invert_gradient",
+    "lecture_complexity",
     "load_digits_images",
     "matched_errors",
     "psnr",
@@ -548,8 +553,9 @@ def tensor_inversion(
     *,
     batch_size: int,
     weight_std: float | None = None,
-    n_repeat: int = 20,
+    n_repeat: int = 10,
     n_iteration: int = 50,
+    als_iterations: int = 200,
     seed: int = 0,
 ) -> np.ndarray:
     """The tensor method for two-layer networks (Wang, Lee, Lei 2023): input directions.
@@ -574,6 +580,8 @@ def tensor_inversion(
             (default: estimated from the weights).
         n_repeat: tensorly's power-iteration restarts per component.
         n_iteration: power iterations per restart.
+        als_iterations: at most this many ALS sweeps refine the power iteration's
+            factors (they stop earlier when the fit changes by less than 1e-9).
         seed: the power iteration's random starts.
 
     Returns:
@@ -598,7 +606,13 @@ def tensor_inversion(
     s2 = float(np.mean(w**2)) if weight_std is None else float(weight_std) ** 2
     u = gw / np.where(a[0] == 0, np.inf, a[0])[:, None]  # g_j / a_j
     m, d = w.shape
-    t = np.einsum("ja,jb,jc->abc", u, w, w) / m
+    # Σ_j u_j ⊗ w_j ⊗ w_j as (d × m)(m × d²) products (BLAS, where a three-operand einsum
+    # loops), over chunks of hidden units so that memory stays at 512·d² numbers.
+    t = np.zeros((d, d * d))
+    for lo in range(0, m, 512):
+        wc = w[lo : lo + 512]
+        t += u[lo : lo + 512].T @ (wc[:, :, None] * wc[:, None, :]).reshape(-1, d * d)
+    t = t.reshape(d, d, d) / m
     t -= s2 * np.einsum("a,bc->abc", u.mean(axis=0), np.eye(d))
     t = sum(t.transpose(p) for p in itertools.permutations(range(3))) / 6.0
     tl.set_backend("numpy")
@@ -618,8 +632,8 @@ def tensor_inversion(
         tl.tensor(t),
         rank=batch_size,
         init=CPTensor((np.ones(batch_size), [np.asarray(factor)] * 3)),
-        n_iter_max=n_iteration * 20,
-        tol=1e-12,
+        n_iter_max=als_iterations,
+        tol=1e-9,
     )
     factors = cp.factors
     v = np.asarray(factors[0]).T
@@ -636,6 +650,257 @@ def direction_errors(x_true: np.ndarray, directions: np.ndarray) -> np.ndarray:
     out = np.empty(x.shape[0])
     out[rows] = 1.0 - cos[rows, cols]
     return out
+
+
+def direction_nrmse(x_true: np.ndarray, directions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-example error of a scale- and sign-free reconstruction, after Hungarian matching.
+
+    The tensor method returns unit directions ±x_i/‖x_i‖, so the error of direction u for
+    input x is the normalised RMSE of the best multiple of u:
+    min_t ‖t·u − x‖/‖x‖ = sin∠(u, x) = √(1 − cos²). It is the nRMSE an attack would reach
+    if the scale were known, ≤ the nRMSE of any rescaling, and ≈ the angle for small errors
+    (so its rate in m is that of the estimate, where 1 − |cos| ≈ θ²/2 would double it).
+
+    Returns:
+        (errors of shape (B,), the matched direction index of each true example).
+    """
+    from scipy import optimize
+
+    x = np.atleast_2d(x_true)
+    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-300)
+    u = np.atleast_2d(directions)
+    if not np.all(np.isfinite(u)):
+        u = np.where(np.isfinite(u), u, 0.0)
+    u = u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-300)
+    cost = np.sqrt(np.clip(1.0 - (x @ u.T) ** 2, 0.0, 1.0))
+    rows, cols = optimize.linear_sum_assignment(cost)
+    errors = np.empty(x.shape[0])
+    errors[rows] = cost[rows, cols]
+    match = np.empty(x.shape[0], dtype=np.int64)
+    match[rows] = cols
+    return errors, match
+
+
+def best_multiple(x_true: np.ndarray, directions: np.ndarray) -> np.ndarray:
+    """Each direction times the scale t = ⟨u, x⟩/‖u‖² nearest its input (rows paired)."""
+    u = np.atleast_2d(directions)
+    x = np.atleast_2d(x_true)
+    t = np.sum(u * x, axis=1) / np.maximum(np.sum(u * u, axis=1), 1e-300)
+    return u * t[:, None]
+
+
+# ------------------------------------------------------------ the lecture's complexity
+
+
+@dataclass(frozen=True)
+class Complexity:
+    """The reconstruction error rate the lecture's table states for one defence.
+
+    Attributes:
+        formula: the table's entry, e.g. ``"(B + σ)√(d/m)"``.
+        value: that entry evaluated at the run's parameters (None: not covered).
+        parameters: the values it was evaluated at (B, d, m and the defence's own).
+    """
+
+    formula: str
+    value: float | None
+    parameters: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"formula": self.formula, "value": self.value, "parameters": self.parameters}
+
+
+def lecture_complexity(
+    defence: Defence,
+    *,
+    batch_size: int,
+    input_size: int,
+    width: int,
+    gradient_norm: float | None = None,
+) -> Complexity:
+    """The lecture's upper rate on the tensor attack's error under ``defence`` (up to constants).
+
+    The table (two-layer network of width m, inputs in d dimensions, batch of B; Wang,
+    Lee, Lei 2023 for no defence, the defences as Liu, Wang, Chen, Lei 2024 reproduce it):
+    none B√(d/m); k-local aggregation kB√(d/m); ℓ2 noise (B + σ)√(d/m); clipping B√(d/m);
+    DP-SGD (B + σ·max{1, ‖g‖/s})√(d/m) with s the clipping norm; p-dropout B√(d/(mp));
+    pruning: not covered by the theory. These are O(·) rates: the constants are unknown,
+    so a measured error is compared with the rate's shape (its slopes), never its value.
+
+    Two readings are ours and stated: the p of "p-dropout" keeps a unit with probability p
+    (m·p units survive, and p → 1 gives back B√(d/m)), while dpaudit's ``dropout`` p is
+    the DROP probability, so the column uses 1 − p; and ‖g‖ of DP-SGD is the median
+    per-example gradient norm of the run's batches (``gradient_norm``).
+
+    Args:
+        defence: the defence of the row.
+        batch_size: B.
+        input_size: d.
+        width: m, the hidden layer's width.
+        gradient_norm: ‖g‖ (needed for DP-SGD only; None leaves its value out).
+
+    References:
+        Wang, Lee, Lei (2023), "Reconstructing training data from model gradient,
+        provably", AISTATS, PMLR 206:6595–6612 (arXiv 2212.03714v3): the O(B√d/√m) error
+        of the tensor method (the numbered theorem not checked here).
+        Liu, Wang, Chen, Lei (2024), "Data reconstruction attacks and defenses: a
+        systematic evaluation", arXiv 2402.09478 (the defences' rates; table number not
+        checked here).
+    """
+    b, d, m = int(batch_size), int(input_size), int(width)
+    for key, size in (("batch_size", b), ("input_size", d), ("width", m)):
+        if size < 1:
+            raise DpauditError(f"The '{key}' parameter must be at least 1. Got {size}.")
+    root = math.sqrt(d / m)
+    params: dict[str, float] = {"B": b, "d": d, "m": m}
+    name = defence.name
+    value: float | None = None
+    if name in ("none", "clipping"):
+        formula, value = "B√(d/m)", b * root
+    elif name == "aggregation":
+        formula, value = "kB√(d/m)", defence.k * b * root
+        params["k"] = defence.k
+    elif name == "noise":
+        formula, value = "(B + σ)√(d/m)", (b + defence.sigma) * root
+        params["σ"] = defence.sigma
+    elif name == "dpsgd":
+        formula = "(B + σ·max{1, ‖g‖/s})√(d/m)"
+        s = defence.clipping_norm
+        params.update({"σ": defence.sigma, "s": s})
+        if gradient_norm is None:
+            value = None
+        else:
+            params["‖g‖"] = float(gradient_norm)
+            value = (b + defence.sigma * max(1.0, float(gradient_norm) / s)) * root
+    elif name == "dropout":
+        keep = 1.0 - defence.p
+        formula, value = "B√(d/(mp))", b * math.sqrt(d / (m * keep))
+        params["p (keep)"] = keep
+    else:  # pruning
+        formula, value = "not covered by the theory", None
+        params["keep"] = defence.keep
+    return Complexity(formula, value, params)
+
+
+# --------------------------------------------------------------- the error's slopes
+
+
+@dataclass(frozen=True)
+class ScalingFit:
+    """Least-squares slopes of log(median error) against log B and log m, with intervals.
+
+    Attributes:
+        slope_batch, slope_width: the fitted exponents of B and of m (None when the cells
+            have one value of that variable).
+        slope_batch_interval, slope_width_interval: percentile bootstrap intervals
+            (batches resampled within each cell) at ``confidence_level``.
+        cells: (B, m, median error, batches) of each cell used.
+        theory: the exponents of the B√(d/m) rate, (1, −1/2).
+    """
+
+    slope_batch: float | None
+    slope_width: float | None
+    slope_batch_interval: ConfidenceInterval | None
+    slope_width_interval: ConfidenceInterval | None
+    cells: tuple[tuple[int, int, float, int], ...]
+    confidence_level: float
+    resamples: int
+    theory: tuple[float, float] = (1.0, -0.5)
+
+    def to_dict(self) -> dict[str, Any]:
+        def interval(ci: ConfidenceInterval | None) -> list[float] | None:
+            return None if ci is None else [ci.low, ci.high]
+
+        return {
+            "slope_batch": self.slope_batch,
+            "slope_batch_interval": interval(self.slope_batch_interval),
+            "slope_width": self.slope_width,
+            "slope_width_interval": interval(self.slope_width_interval),
+            "theory": {"batch": self.theory[0], "width": self.theory[1]},
+            "cells": [
+                {"batch_size": b, "width": m, "median_error": e, "batches": n}
+                for b, m, e, n in self.cells
+            ],
+            "confidence_level": self.confidence_level,
+            "resamples": self.resamples,
+            "method": "least squares on log medians; percentile bootstrap over batches",
+        }
+
+
+def _log_slopes(
+    b: np.ndarray, m: np.ndarray, medians: np.ndarray
+) -> tuple[float | None, float | None]:
+    """OLS of log(medians) on [1, log B, log m] (a variable with one value is left out)."""
+    columns = [np.ones(b.size)]
+    use_b, use_m = np.unique(b).size > 1, np.unique(m).size > 1
+    if use_b:
+        columns.append(np.log(b))
+    if use_m:
+        columns.append(np.log(m))
+    coef = np.linalg.lstsq(np.column_stack(columns), np.log(medians), rcond=None)[0]
+    slope_b = float(coef[1]) if use_b else None
+    slope_m = float(coef[-1]) if use_m else None
+    return slope_b, slope_m
+
+
+def fit_scaling(
+    cells: Sequence[tuple[int, int, np.ndarray]],
+    *,
+    confidence_level: float = 0.95,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> ScalingFit:
+    """Slopes of log error against log B and log m from repeated batches per (B, m) cell.
+
+    Each cell's statistic is the median over its batches of the batch's median
+    per-example error (batches are independent; the examples of one batch are not). The
+    slopes are the least-squares fit log med = a + α log B + β log m over the cells;
+    the interval resamples each cell's batches with replacement ``resamples`` times and
+    takes the percentiles of the refitted slopes. A cell whose median is 0 (exact
+    recovery) has no logarithm and is left out.
+
+    Args:
+        cells: (B, m, per-batch median errors) for each cell.
+        confidence_level: of the bootstrap intervals.
+        resamples: bootstrap resamples.
+        seed: the bootstrap's seed.
+    """
+    c = check_confidence_level(confidence_level)
+    kept = [(int(b), int(m), np.asarray(e, float)) for b, m, e in cells]
+    kept = [(b, m, e) for b, m, e in kept if e.size and np.median(e) > 0]
+    if len(kept) < 2:
+        raise DpauditError("fit_scaling needs at least two cells with a positive median error")
+    bs = np.array([b for b, _, _ in kept], float)
+    ms = np.array([m for _, m, _ in kept], float)
+    medians = np.array([np.median(e) for _, _, e in kept])
+    slope_b, slope_m = _log_slopes(bs, ms, medians)
+    rng = np.random.default_rng(seed)
+    boot_b, boot_m = [], []
+    for _ in range(resamples):
+        meds = np.array([np.median(rng.choice(e, e.size)) for _, _, e in kept])
+        if np.any(meds <= 0):
+            continue
+        sb, sm = _log_slopes(bs, ms, meds)
+        boot_b.append(sb)
+        boot_m.append(sm)
+    q = [(1 - c) / 2 * 100, (1 + c) / 2 * 100]
+
+    def ci(values: list[float | None]) -> ConfidenceInterval | None:
+        v = [x for x in values if x is not None]
+        if not v:
+            return None
+        lo, hi = np.percentile(v, q)
+        return ConfidenceInterval(float(lo), float(hi))
+
+    return ScalingFit(
+        slope_batch=slope_b,
+        slope_width=slope_m,
+        slope_batch_interval=ci(boot_b) if slope_b is not None else None,
+        slope_width_interval=ci(boot_m) if slope_m is not None else None,
+        cells=tuple((b, m, float(np.median(e)), int(e.size)) for b, m, e in kept),
+        confidence_level=c,
+        resamples=resamples,
+    )
 
 
 # ----------------------------------------------------------------------------- metrics

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
@@ -47,6 +48,10 @@ if TYPE_CHECKING:  # scipy, torch and sklearn load when units run or summarise, 
 _STREAM = 5
 _GAMES_PER_UNIT = 1000
 _DIGITS = 1797
+_INPUTS = 64  # 8×8 digits
+_WIDEST = 8192  # the tensor method's error falls like √(d/m): it needs m ≫ d
+#: How many examples of each defence row results.json keeps (true and reconstructed).
+_EXAMPLES = 4
 
 
 class DefenceTable(Table):
@@ -58,6 +63,10 @@ class DefenceTable(Table):
     clipping_norm: Positive = 1.0
     p: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.5
     keep: Annotated[float, Field(gt=0.0, le=1.0)] = 0.1
+
+    @property
+    def batch_multiplier(self) -> int:
+        return self.k if self.name == "aggregation" else 1
 
 
 class GameTable(Table):
@@ -87,21 +96,42 @@ class GameTable(Table):
         )
 
 
+class ScalingTable(Table):
+    """``[reconstruction.scaling]``: the undefended attack on a grid of B and m.
+
+    Every (B, m) of ``batch_sizes`` × ``widths`` gets ``batches`` independent batches, each
+    on a freshly drawn network of width m; the summary fits the slopes of log(median
+    error) against log B and log m (:func:`dpaudit.reconstruction.fit_scaling`), next to
+    the B√(d/m) rate's 1 and −1/2.
+    """
+
+    batch_sizes: list[Annotated[int, Field(ge=1, le=64)]] = Field(min_length=1)
+    widths: list[Annotated[int, Field(ge=1, le=_WIDEST)]] = Field(min_length=1)
+    batches: Annotated[int, Field(ge=2, le=10_000)] = 5
+
+    @property
+    def cells(self) -> list[tuple[int, int]]:
+        return [(b, m) for b in self.batch_sizes for m in self.widths]
+
+
 class ReconstructionSection(Table):
     """``[reconstruction]``: gradient inversion on sklearn's digits under defences.
 
     The network is ``(64, *hidden, outputs)``: ``outputs = 1`` regresses the digit's value
     with the squared loss, ``outputs = 10`` classifies with cross-entropy; ``hidden = [m]``
-    is the two-layer network Σ_j a_j σ(w_jᵀx + b_j).
+    is the two-layer network Σ_j a_j σ(w_jᵀx + b_j). ``attack``: ``optimisation`` (L-BFGS
+    on the gradient distance), ``analytic`` (the B = 1 closed form), or ``tensor`` (the
+    tensor method of Wang, Lee, Lei 2023 for that two-layer network: input directions from
+    the first layer's moment tensor, scored scale- and sign-free).
     """
 
-    hidden: list[Annotated[int, Field(ge=1, le=1024)]] = Field(default_factory=lambda: [32])
+    hidden: list[Annotated[int, Field(ge=1, le=_WIDEST)]] = Field(default_factory=lambda: [32])
     outputs: Literal[1, 10] = 1
     activation: Literal["relu", "tanh", "sigmoid"] = "relu"
     bias: bool = True
     batch_size: Annotated[int, Field(ge=1, le=64)] = 1
     batches: Annotated[int, Field(ge=2, le=10_000)] = 10
-    attack: Literal["optimisation", "analytic"] = "optimisation"
+    attack: Literal["optimisation", "analytic", "tensor"] = "optimisation"
     distance: Literal["l2", "cosine"] = "l2"
     restarts: Annotated[int, Field(ge=1, le=100)] = 2
     steps: Annotated[int, Field(ge=1, le=100_000)] = 200
@@ -112,9 +142,32 @@ class ReconstructionSection(Table):
         default_factory=lambda: [DefenceTable(name="none")], min_length=1
     )
     game: GameTable | None = None
+    scaling: ScalingTable | None = None
 
     @model_validator(mode="after")
     def _attack_fits(self) -> ReconstructionSection:
+        if self.scaling is not None and len(self.hidden) != 1:
+            raise ValueError(
+                "[reconstruction.scaling] varies m of a two-layer network: hidden = [m]"
+            )
+        if self.attack == "tensor":
+            if len(self.hidden) != 1 or self.outputs != 1:
+                raise ValueError(
+                    "attack 'tensor' needs a two-layer network with a scalar output: "
+                    "hidden = [m], outputs = 1"
+                )
+            if self.activation == "relu":
+                raise ValueError(
+                    "attack 'tensor' needs activation 'tanh' or 'sigmoid': ReLU's third-order "
+                    "moment tensor is 0"
+                )
+            sizes = [self.batch_size * d.batch_multiplier for d in self.defences]
+            sizes += self.scaling.batch_sizes if self.scaling is not None else []
+            if max(sizes) > _INPUTS:
+                raise ValueError(
+                    f"attack 'tensor' finds at most d = {_INPUTS} inputs: batch_size (times k "
+                    f"for aggregation) must be ≤ {_INPUTS}, got {max(sizes)}"
+                )
         if self.attack == "analytic":
             if not self.bias:
                 raise ValueError("attack 'analytic' needs bias = true (x = ∇_W / ∇_b)")
@@ -132,15 +185,15 @@ class ReconstructionSpec(Table):
     seed: int
 
 
-def _network(spec: ReconstructionSpec) -> Network:
+def _network(spec: ReconstructionSpec, hidden: list[int] | None = None, seed: int = 0) -> Network:
     from dpaudit.reconstruction import Network
 
     s = spec.section
     return Network.random(
-        (64, *s.hidden, s.outputs),
+        (_INPUTS, *(s.hidden if hidden is None else hidden), s.outputs),
         activation=s.activation,
         bias=s.bias,
-        seed=stream_seed(spec.seed, _STREAM, 0),
+        seed=stream_seed(spec.seed, _STREAM, 0) if hidden is None else seed,
     )
 
 
@@ -150,33 +203,34 @@ def _defence(table: DefenceTable) -> Defence:
     return Defence(**table.model_dump())
 
 
-def inversion_unit(spec: ReconstructionSpec, unit: str) -> dict[str, np.ndarray]:
-    """Draw batch ``b`` (the same for every defence), defend its gradient, invert it."""
+def _attack(
+    spec: ReconstructionSpec,
+    net: Network,
+    x: np.ndarray,
+    y: np.ndarray,
+    defence: Defence,
+    *,
+    noise_seed: list[int],
+    attack_seed: int,
+) -> dict[str, np.ndarray]:
+    """Defend the batch's gradient and attack it; the arrays a unit stores."""
     from dpaudit.reconstruction import (
         analytic_inversion,
-        defended_gradient,
         infer_labels,
         invert_gradient,
-        load_digits_images,
+        per_example_gradients,
+        tensor_inversion,
     )
 
     s = spec.section
-    which = int(unit.split("-")[1][1:])
-    b = unit_index(unit)
-    defence = _defence(s.defences[which])
-    net = _network(spec)
-    images, digits = load_digits_images()
-    # The batch depends on b only: every defence is measured on the same batches.
-    pick = np.random.default_rng([spec.seed, _STREAM, 1, b])
-    rows = pick.choice(images.shape[0], s.batch_size * defence.batch_multiplier, replace=False)
-    x = images[rows]
-    y = digits[rows] if s.outputs > 1 else digits[rows].astype(np.float64)
-    g = defended_gradient(
-        net, x, y, defence, np.random.default_rng([spec.seed, _STREAM, 2, which, b])
-    )
+    per_example = per_example_gradients(net, x, y)
+    g = defence.apply(per_example, np.random.default_rng(noise_seed))
     reconstruct = x.shape[0]
     if s.attack == "analytic":
         x_hat, labels = analytic_inversion(net, g), y
+    elif s.attack == "tensor":
+        # Directions ±x_i/‖x_i‖ only (no labels): scored by direction_nrmse.
+        x_hat, labels = tensor_inversion(net, g, batch_size=reconstruct, seed=attack_seed), None
     else:
         if s.labels == "known":
             labels = y
@@ -194,15 +248,76 @@ def inversion_unit(spec: ReconstructionSpec, unit: str) -> dict[str, np.ndarray]
             steps=s.steps,
             tv=s.tv,
             zeros=defence.zeros,
-            seed=stream_seed(spec.seed, _STREAM, 3, which, b),
+            seed=attack_seed,
         )
         x_hat, labels = inv.x, inv.labels
     return {
-        "x_true": x[: s.batch_size],
-        "y_true": np.asarray(y[: s.batch_size], dtype=np.float64),
         "x_hat": x_hat,
         "labels_found": np.asarray(labels if labels is not None else [], dtype=np.float64),
+        # ‖g‖ of each example (the DP-SGD row of the lecture's complexity column reads it).
+        "gradient_norms": np.linalg.norm(per_example, axis=1),
     }
+
+
+def _labels(spec: ReconstructionSpec, digits: np.ndarray) -> np.ndarray:
+    return digits if spec.section.outputs > 1 else digits.astype(np.float64)
+
+
+def inversion_unit(spec: ReconstructionSpec, unit: str) -> dict[str, np.ndarray]:
+    """Draw batch ``b`` (the same for every defence), defend its gradient, invert it."""
+    from dpaudit.reconstruction import load_digits_images
+
+    s = spec.section
+    which = int(unit.split("-")[1][1:])
+    b = unit_index(unit)
+    defence = _defence(s.defences[which])
+    net = _network(spec)
+    images, digits = load_digits_images()
+    # The batch depends on b only: every defence is measured on the same batches.
+    pick = np.random.default_rng([spec.seed, _STREAM, 1, b])
+    rows = pick.choice(images.shape[0], s.batch_size * defence.batch_multiplier, replace=False)
+    x, y = images[rows], _labels(spec, digits[rows])
+    out = _attack(
+        spec,
+        net,
+        x,
+        y,
+        defence,
+        noise_seed=[spec.seed, _STREAM, 2, which, b],
+        attack_seed=stream_seed(spec.seed, _STREAM, 3, which, b),
+    )
+    return {
+        "x_true": x[: s.batch_size],
+        "y_true": np.asarray(y[: s.batch_size], dtype=np.float64),
+        **out,
+    }
+
+
+def scaling_unit(spec: ReconstructionSpec, unit: str) -> dict[str, np.ndarray]:
+    """Cell j = (B, m) of the scaling grid, batch b: a fresh width-m network, no defence."""
+    from dpaudit.reconstruction import Defence, load_digits_images
+
+    scaling = spec.section.scaling
+    assert scaling is not None  # planned only with a [reconstruction.scaling] table
+    j = int(unit.split("-")[1][1:])
+    b = unit_index(unit)
+    batch_size, width = scaling.cells[j]
+    images, digits = load_digits_images()
+    # The same digits for every width at one B (a paired design for the slope in m).
+    pick = np.random.default_rng([spec.seed, _STREAM, 5, batch_size, b])
+    rows = pick.choice(images.shape[0], batch_size, replace=False)
+    net = _network(spec, [width], stream_seed(spec.seed, _STREAM, 6, width, b))
+    x, y = images[rows], _labels(spec, digits[rows])
+    out = _attack(
+        spec,
+        net,
+        x,
+        y,
+        Defence("none"),
+        noise_seed=[spec.seed, _STREAM, 7, j, b],
+        attack_seed=stream_seed(spec.seed, _STREAM, 8, j, b),
+    )
+    return {"x_true": x, "y_true": np.asarray(y, dtype=np.float64), **out}
 
 
 def game_unit(spec: ReconstructionSpec, unit: str) -> dict[str, np.ndarray]:
@@ -226,9 +341,12 @@ def game_unit(spec: ReconstructionSpec, unit: str) -> dict[str, np.ndarray]:
 
 
 def reconstruction_unit(spec: ReconstructionSpec, unit: str) -> dict[str, np.ndarray]:
-    """Dispatch on the unit's name: ``reconstruction-d<i>-<b>`` or ``reconstruction-game-<j>``."""
+    """Dispatch on the unit's name: ``reconstruction-d<i>-<b>`` (defence i),
+    ``reconstruction-s<j>-<b>`` (scaling cell j) or ``reconstruction-game-<j>``."""
     if unit.startswith("reconstruction-game-"):
         return game_unit(spec, unit)
+    if unit.startswith("reconstruction-s"):
+        return scaling_unit(spec, unit)
     return inversion_unit(spec, unit)
 
 
@@ -253,6 +371,80 @@ def game_upper_bound(game: GameTable, delta: float) -> UpperBound:
     return from_records([record], delta)
 
 
+_ERROR_NAMES = {
+    False: "normalised RMSE ‖x̂ − x‖/‖x‖",
+    True: "direction error sin∠(x̂, x) (normalised RMSE at the best scale and sign)",
+}
+
+
+def _scored(
+    section: ReconstructionSection, parts: list[Mapping[str, np.ndarray]]
+) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """Per batch: matched errors, PSNRs, the errors against the NEXT batch's inputs (the
+    negatives of the score test), and the matching."""
+    from dpaudit.reconstruction import best_multiple, direction_nrmse, matched_errors, psnr
+
+    tensor = section.attack == "tensor"
+    errors, psnrs, wrong, matches = [], [], [], []
+    for b, part in enumerate(parts):
+        x, x_hat = part["x_true"], part["x_hat"]
+        other = parts[(b + 1) % len(parts)]["x_true"]
+        if tensor:
+            e, match = direction_nrmse(x, x_hat)
+            shown = best_multiple(x, x_hat[match])
+            wrong.append(direction_nrmse(other, x_hat)[0])
+        else:
+            e, match = matched_errors(x, x_hat)
+            shown = x_hat[match]
+            wrong.append(matched_errors(other, x_hat)[0])
+        errors.append(e)
+        psnrs.append(psnr(x, shown))
+        matches.append(match)
+    return errors, psnrs, wrong, matches
+
+
+def _complexity(
+    section: ReconstructionSection, defence: Defence, parts: list[Mapping[str, np.ndarray]]
+) -> dict[str, object]:
+    """The lecture's complexity of the row at the run's B, d, m (two-layer networks only)."""
+    from dpaudit.reconstruction import lecture_complexity
+
+    if len(section.hidden) != 1:
+        return {"formula": "the table covers two-layer networks", "value": None}
+    norms = [p["gradient_norms"] for p in parts if "gradient_norms" in p]
+    norm = float(np.median(np.concatenate(norms))) if norms else None
+    return lecture_complexity(
+        defence,
+        batch_size=section.batch_size,
+        input_size=_INPUTS,
+        width=section.hidden[0],
+        gradient_norm=norm,
+    ).to_dict()
+
+
+def _examples(
+    section: ReconstructionSection,
+    parts: list[Mapping[str, np.ndarray]],
+    matches: list[np.ndarray],
+) -> dict[str, object]:
+    """A few true inputs and their matched reconstructions, raw (the report draws them)."""
+    true: list[list[float]] = []
+    found: list[list[float]] = []
+    for part, match in zip(parts, matches, strict=True):
+        for k in range(part["x_true"].shape[0]):
+            if len(true) == _EXAMPLES:
+                break
+            true.append(np.round(part["x_true"][k], 4).tolist())
+            found.append(np.round(np.nan_to_num(part["x_hat"][match[k]]), 4).tolist())
+    return {
+        "side": 8,
+        "x_true": true,
+        "x_hat": found,
+        # Directions (tensor method) are drawn at their own scale and sign.
+        "scale": "direction" if section.attack == "tensor" else "pixels",
+    }
+
+
 class ReconstructionKind(AuditKind[ReconstructionSection]):
     name = "reconstruction"
     section = ReconstructionSection
@@ -265,6 +457,12 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
             for i in range(len(section.defences))
             for b in range(section.batches)
         ]
+        if section.scaling is not None:
+            units += [
+                f"reconstruction-s{j}-{b:05d}"
+                for j in range(len(section.scaling.cells))
+                for b in range(section.scaling.batches)
+            ]
         if section.game is not None:
             chunks = math.ceil(section.game.trials / _GAMES_PER_UNIT)
             units += [f"reconstruction-game-{j:05d}" for j in range(chunks)]
@@ -298,6 +496,10 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
         ]
         comparisons: list[Comparison] = []
         warnings: list[str] = []
+        if section.scaling is not None:
+            scaling_test, scaling_warnings = self._scaling_test(section, context, outputs)
+            tests.append(scaling_test)
+            warnings += scaling_warnings
         if section.game is not None:
             test, comparison, warning = self._game(section.game, context, outputs, level)
             tests.append(test)
@@ -310,20 +512,14 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
     def _defence_test(
         self, section: ReconstructionSection, context: RunContext, i: int, outputs: Outputs
     ) -> TestSummary:
-        from dpaudit.reconstruction import matched_errors, psnr, summarise_errors
+        from dpaudit.reconstruction import summarise_errors
         from dpaudit.results import score_summary
 
         defence = _defence(section.defences[i])
         parts = [outputs[f"reconstruction-d{i}-{b:05d}"] for b in range(section.batches)]
-        errors, psnrs, wrong = [], [], []
+        errors, psnrs, wrong, matches = _scored(section, parts)
         labels_right = labels_total = 0
-        for b, part in enumerate(parts):
-            e, match = matched_errors(part["x_true"], part["x_hat"])
-            errors.append(e)
-            psnrs.append(psnr(part["x_true"], part["x_hat"][match]))
-            # Negatives: the same reconstructions matched against the NEXT batch's inputs.
-            other = parts[(b + 1) % len(parts)]["x_true"]
-            wrong.append(matched_errors(other, part["x_hat"])[0])
+        for part in parts:
             found = part["labels_found"]
             if section.outputs > 1 and found.size >= part["y_true"].size:
                 truth = np.sort(part["y_true"])
@@ -337,7 +533,10 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
             seed=context.seed,
         )
         label = f"gradient inversion, defence {defence.label}"
+        if section.attack == "tensor":
+            label = f"tensor method, defence {defence.label}"
         details = summary.to_dict()
+        details["error"] = _ERROR_NAMES[section.attack == "tensor"]
         if labels_total:
             details["label_accuracy"] = labels_right / labels_total
         # Score = −error: larger means "this input is the one reconstructed" (H1).
@@ -351,11 +550,70 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
         ).with_details(
             reconstruction={
                 "defence": section.defences[i].model_dump(),
+                "defence_label": defence.label,
                 "attack": section.attack,
                 "batch_size": section.batch_size,
                 "metrics": details,
+                "complexity": _complexity(section, defence, parts),
+                "examples": _examples(section, parts, matches),
             }
         )
+
+    def _scaling_test(
+        self, section: ReconstructionSection, context: RunContext, outputs: Outputs
+    ) -> tuple[TestSummary, list[str]]:
+        from dpaudit.errors import DpauditError
+        from dpaudit.reconstruction import fit_scaling, median_interval
+        from dpaudit.results import score_summary
+
+        scaling = section.scaling
+        assert scaling is not None  # called only with a [reconstruction.scaling] table
+        cells, rows, all_errors, all_wrong = [], [], [], []
+        for j, (batch_size, width) in enumerate(scaling.cells):
+            parts = [outputs[f"reconstruction-s{j}-{b:05d}"] for b in range(scaling.batches)]
+            errors, _, wrong, _ = _scored(section, parts)
+            medians = np.array([float(np.median(e)) for e in errors])
+            cells.append((batch_size, width, medians))
+            ci = median_interval(medians, confidence_level=context.confidence_level)
+            rows.append(
+                {
+                    "batch_size": batch_size,
+                    "width": width,
+                    "median_error": float(np.median(medians)),
+                    "median_error_interval": [ci.low, ci.high],
+                    "batches": int(medians.size),
+                    "rate": batch_size * math.sqrt(_INPUTS / width),
+                }
+            )
+            all_errors += errors
+            all_wrong += wrong
+        warnings: list[str] = []
+        fit: dict[str, object] | None = None
+        try:
+            fit = fit_scaling(
+                cells, confidence_level=context.confidence_level, seed=context.seed
+            ).to_dict()
+        except DpauditError as exc:
+            warnings.append(f"reconstruction scaling: no slopes fitted ({exc})")
+        attack = "tensor method" if section.attack == "tensor" else "gradient inversion"
+        test = score_summary(
+            "reconstruction-scaling",
+            f"{attack} across batch size B and width m (no defence)",
+            -np.concatenate(all_wrong),
+            -np.concatenate(all_errors),
+            confidence_level=context.confidence_level,
+            hypotheses=("another batch's input", "the batch's input"),
+        ).with_details(
+            reconstruction={
+                "attack": section.attack,
+                "error": _ERROR_NAMES[section.attack == "tensor"],
+                "input_size": _INPUTS,
+                "rate": "B√(d/m)",
+                "cells": rows,
+                "fit": fit,
+            }
+        )
+        return test, warnings
 
     def _game(
         self, game: GameTable, context: RunContext, outputs: Outputs, level: float

@@ -17,6 +17,7 @@ import jinja2
 from markupsafe import Markup
 
 from dpaudit.report import plots
+from dpaudit.report.reconstruction_plots import reconstruction_section
 
 __all__ = ["render_report"]
 
@@ -356,6 +357,8 @@ def render_report(results: dict[str, Any]) -> str:
             tests=tests,
             attribute=_attribute_rows(results.get("attribute") or []),
             provenance=results.get("provenance") or {},
+            # A kind's own section: present only when its tests carry its details.
+            rec=reconstruction_section(results),
         )
     )
     # No URL at all in the file, even from user text (a comment in the audit file, a
