@@ -423,7 +423,7 @@ def batch_size_test(obs: GreyBoxObservations) -> GreyBoxTest:
             return GreyBoxTest(
                 name,
                 0.0,
-                not np.all(full),
+                bool(not np.all(full)),
                 f"q = 1 (full batch) but model {k} step {t} used {int(obs.batch_sizes[k, t])} "
                 f"of n = {int(n_all[k])} records",
             )
@@ -448,6 +448,10 @@ def batch_size_test(obs: GreyBoxObservations) -> GreyBoxTest:
         sum_p.append(float(binomtest(s, count * n, q, alternative="two-sided").pvalue))
         dispersion += float(np.sum((b - n * q) ** 2) / (n * q * (1 - q)))
         groups.append((n, q, count))
+    if not groups:  # only the full-batch models ran a step, each with all n records
+        return GreyBoxTest(
+            name, 1.0, False, "every step run used all n records, as q = 1 (full batch) requires"
+        )
     entries = sum(c for _, _, c in groups)
     p_sum = min(1.0, len(sum_p) * min(sum_p))
     p_disp = dispersion_lower_tail_pvalue(dispersion, groups)

@@ -565,3 +565,12 @@ def test_coerce_output_checks_observations() -> None:
     with pytest.raises(DpauditError, match="must return 'observations' as a GreyBoxObservations"):
         coerce_output({"scores": [0.0], "records": [record], "observations": {}}, num_models=1,
                       name="t")  # fmt: skip
+
+
+def test_batch_check_with_full_batch_and_unrun_poisson_models() -> None:
+    # Model 0 (q = 1) ran two steps with all 50 records; model 1 (q = 0.1) ran none.
+    obs = _obs(
+        np.array([[50, 50], [0, 0]]), n=50, q=np.array([1.0, 0.1]), steps_run=np.array([2, 0])
+    )
+    t = batch_size_test(obs)
+    assert (t.p_value, t.chance) == (1.0, False)
