@@ -346,7 +346,7 @@ def test_mu_bound_against_a_bracket_with_a_tail_uses_inflated_rates(tmp_path, mo
 
     upper_bounds._poisson_mu_high.cache_clear()
     monkeypatch.setattr(upper_bounds, "_poisson_mu_high", lambda sigma, q, steps: (1.5, 0.05))
-    out = _run(DPSGD_WHITE, tmp_path, trials=200)
+    out = _run(DPSGD_WHITE, tmp_path, trials=400)
     mu = next(c for c in out.comparisons if c.parameter == "mu")
     assert mu.upper == 1.5
     assert mu.lower.details["bracket_tail_delta"] == 0.05
