@@ -234,6 +234,12 @@ def run_audit(
             f"gate check {c.name} was not evaluated: {c.message}"
             for c in checks
             if c.status == "not-evaluated" and c.passed
+        )
+        + tuple(
+            f"{c.name} failed, but [gate] fail_on_violation = false leaves it out of the "
+            f"gate: {c.message}"
+            for c in kind_checks
+            if c.status == "failed" and not config.gate.fail_on_violation
         ),
     )
     if write:

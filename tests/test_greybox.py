@@ -574,3 +574,16 @@ def test_batch_check_with_full_batch_and_unrun_poisson_models() -> None:
     )
     t = batch_size_test(obs)
     assert (t.p_value, t.chance) == (1.0, False)
+
+
+def test_a_failed_check_outside_the_gate_is_still_a_violation_and_a_warning(tmp_path: Path) -> None:
+    from dpaudit.audit import run_audit
+
+    path = _user_audit(tmp_path, "missing-step", gate="fail_on_violation = false")
+    result = run_audit(path, output_dir=tmp_path / "run", write=False)
+    assert result.verdict == "pass"  # nothing left to gate on
+    assert result.privacy_verdict == "violation"
+    assert not any(c.name.startswith("greybox") for c in result.checks)
+    assert any(
+        w.startswith("greybox_steps failed, but [gate] fail_on_violation") for w in result.warnings
+    )
