@@ -18,12 +18,14 @@ For each seed s (s = 0, 1, ...), the setting of ``audits/byo-sklearn.toml``:
 3. A LiRA written here by hand: K clones of the loaded estimator
    (``sklearn.base.clone``), clone k fitted on an independent uniformly random half of
    the audited rows (its own generator, seeded by s), the logit-scaled confidence
-   φ = log p_y − log(1 − p_y), and the online test: log N(φ; μ_in, σ_in²) −
-   log N(φ; μ_out, σ_out²) with a mean and variance per example and hypothesis
+   φ = log p_y − log Σ_{j≠y} p_j (= log p_y − log(1 − p_y)), and the online test
+   log N(φ; μ_in, σ_in²) − log N(φ; μ_out, σ_out²) with a mean and variance per example
+   and hypothesis
    (Carlini, Chien, Nasr, Song, Terzis, Tramèr 2022, "Membership Inference Attacks From
-   First Principles", arXiv 2112.03570v2, §IV.C, the online attack; an example with fewer
-   than two models on a side takes that side's variance pooled over examples). The same
-   scores with one pooled variance per hypothesis are shown too ("hand, global").
+   First Principles", arXiv 2112.03570v2, §IV, Algorithm 1, the online attack; an example
+   with fewer than two models on a side takes that side's variance pooled over examples).
+   The same scores with one pooled variance per hypothesis (the paper's fixed-variance
+   variant for few shadow models) are shown too ("hand, global").
 
 Every method's scores are turned into the same metrics here (scikit-learn's ROC): TPR at
 the largest achieved FPR ≤ 1 % and ≤ 0.1 %, and the AUC. Printed: per seed, then the
