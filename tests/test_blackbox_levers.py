@@ -70,16 +70,19 @@ def test_crafted_canary_needs_an_all_zero_feature() -> None:
     X = np.array([[1.0, 0.0], [2.0, 0.5]])
     with pytest.raises(DataError, match=r"column 1 has 1 nonzero rows"):
         crafted_canary(X, np.array([0, 1]), feature=1, value=10.0)
-    c = crafted_canary(X[:, :1].repeat(2, axis=1) * [1, 0], np.array([0, 1, 1][:2]), feature=1,
-                       value=10.0)
+    labels = np.array([1, 1, 0, 2, 2])  # class 0 is the rarest
+    c = crafted_canary(np.zeros((5, 2)), labels, feature=1, value=10.0, num_classes=3)
     assert c.x.tolist() == [0.0, 10.0]
-    assert (c.y, c.decoy) == (0, 1)  # rarest class (a tie goes to the first), then the next
+    assert (c.y, c.decoy, c.feature, c.value) == (0, 1, 1, 10.0)
+    with pytest.raises(DataError, match=r"The 'feature' parameter must be in \[0, 1\]\. Got 2\."):
+        crafted_canary(np.zeros((5, 2)), labels, feature=2, value=10.0)
 
 
 def test_other_records_never_touch_the_canary_weights_and_theta0_saturates_clipping() -> None:
     spec = _spec(1)
     st = _setup(spec)
-    assert st.crafted is not None and st.canary_row is not None
+    assert st.crafted is not None
+    assert st.canary_row is not None
     d, k = st.X.shape[1], st.num_classes
     theta0 = torch.tensor(st.training.initial_parameters, dtype=torch.float64).unsqueeze(0)
     backend = LinearStackBackend(st.model, d, k)
@@ -117,11 +120,14 @@ def test_black_box_scores_are_the_closed_form_gaussians() -> None:
     trials = 400
     spec = _spec(trials, seed=3)
     st = _setup(spec)
-    assert st.crafted is not None and st.training.dp is not None
+    assert st.crafted is not None
+    assert st.training.dp is not None
     out = dpsgd_unit(spec, "dpsgd-00000")
     scores, included = out["scores"], out["included"].astype(bool)
     dp = st.training.dp
-    margin = st.training.initial_parameters[st.crafted.decoy * st.X.shape[1] + st.crafted.feature]
+    theta0 = st.training.initial_parameters
+    assert theta0 is not None
+    margin = theta0[st.crafted.decoy * st.X.shape[1] + st.crafted.feature]
     run = CraftedRun(
         steps=STEPS,
         learning_rate=1.0,
@@ -154,7 +160,10 @@ def test_repeated_black_box_audits_of_correct_dpgd_rarely_violate() -> None:
     spec = _spec(repeats * per_arm, seed=11, mu=mu, rows=10)
     out = dpsgd_unit(spec, "dpsgd-00000")  # one batched engine call for all 32 000 models
     upper = _many_run_upper([out], 1e-5)
-    assert upper is not None and upper.mu == pytest.approx(mu)
+    assert upper is not None
+    assert upper.mu is not None
+    assert upper.mu == pytest.approx(mu)
+    mu_upper = float(upper.mu)
     scores, included = out["scores"], out["included"].astype(bool)
     block = 2 * per_arm
     violations, mus = 0, []
@@ -165,7 +174,7 @@ def test_repeated_black_box_audits_of_correct_dpgd_rarely_violate() -> None:
         eps_lb, mu_lb = _many_run_bounds(
             spec.section, upper, s[~inc], s[inc], level=1 - (1 - c) / 2, seed=r
         )
-        violations += eps_lb.value > upper.epsilon or mu_lb.value > upper.mu
+        violations += eps_lb.value > upper.epsilon or mu_lb.value > mu_upper
         mus.append(mu_lb.value)
     # P[violation] ≤ 1 − c per audit; the count exceeds the 1 − 1e-4 quantile of
     # Binomial(400, 0.05) with probability below 1e-4 on correct code.
