@@ -39,6 +39,26 @@ returning a :class:`TrainerOutput` (or a dict with the same keys): ``scores`` (K
 :class:`~dpaudit.greybox.GreyBoxObservations` of what ran step by step: batch sizes,
 clipped norms, the noise on a coordinate no example touches, steps), which the audit
 turns into grey-box gate checks.
+
+White-box scores. A trainer that returns ``scores`` computes them itself; any function
+of a model's transcript gives a valid audit, but its power depends on the choice.
+``canary.score`` says which statistic the audit file asks for:
+
+* ``"sum"``: Σ_t ⟨g_t, direction⟩, the plain sum of the privatised gradients g_t along
+  the canary (Nasr et al. 2023, §3).
+* ``"likelihood-ratio"`` (the default): for every step t, rescale the projection to
+  the units of the noisy SUM, x_t = ⟨g_t, direction⟩ · (the divisor the trainer applied
+  to the clipped sum + noise: the expected batch size q·n for Opacus-style DP-SGD, n
+  for full-batch DP-GD, 1 if it does not divide), so that x_t ~ N(0, σ²C²) without
+  the canary and (1 − q)·N(0, σ²C²) + q·N(C, σ²C²) with it, and return
+  Σ_t ``mixture_log_likelihood_ratio(x_t, sampling_rate=q, noise_multiplier=σ,
+  clipping_norm=C)`` (re-exported here from :mod:`dpaudit.whitebox`). By the
+  Neyman–Pearson lemma this is the most powerful test of "canary out" against
+  "canary in" when the canary's coordinate is touched by no real gradient; for full
+  batch (q = 1) it is an increasing affine map of the plain sum. Use the q, σ and C
+  your training actually ran, and skip the steps a model did not take.
+
+The built-in engine trainers do this with the sampling plan of the spec they run.
 """
 
 from __future__ import annotations
@@ -54,19 +74,23 @@ import numpy as np
 import torch
 
 from dpaudit import theory
-from dpaudit.errors import ConfigError, DpauditError
+from dpaudit.errors import ConfigError, DpauditError, check_choice
 from dpaudit.greybox import GreyBoxObservations
 from dpaudit.mechanisms import Claim, load_callable
 from dpaudit.models import ModelSpec, ModelStack
+from dpaudit.recipes import sampling_plan
 from dpaudit.records import DPSGDRecord
 from dpaudit.training import GradientCanary, StepInfo, TrainingSpec, train_many
+from dpaudit.whitebox import WHITE_BOX_SCORES, mixture_log_likelihood_ratio
 
 __all__ = [
     "TRAINERS",
     "CanarySetup",
     "TrainerOutput",
     "TrainerSettings",
+    "canary_observer",
     "get_trainer",
+    "mixture_log_likelihood_ratio",
     "output_perturbation_models",
     "regularised_logistic_optimum",
 ]
@@ -79,11 +103,15 @@ class CanarySetup:
     Attributes:
         kind: ``"mislabeled"``, ``"ood"``, ``"clipbkd"`` or ``"dirac"``.
         threat_model: ``"black-box"`` (the audit scores the final models) or
-            ``"white-box"`` (the trainer returns the sum over steps of the privatised
-            update's projection on ``direction``).
+            ``"white-box"`` (the trainer returns a score of the privatised updates'
+            projections on ``direction``, the one ``score`` names).
         included: ``(K,)`` whether each model's dataset holds the canary.
         row: the canary's row in ``X`` for input-space canaries, else ``None``.
         direction: ``(P,)`` the gradient canary (Dirac) in flat parameter order, else ``None``.
+        score: the white-box statistic asked for (``[dpsgd] score``):
+            ``"likelihood-ratio"`` (the sum over steps of
+            :func:`mixture_log_likelihood_ratio`) or ``"sum"`` (the plain sum of the
+            projections). Black-box audits ignore it.
     """
 
     kind: str
@@ -91,6 +119,7 @@ class CanarySetup:
     included: np.ndarray = field(repr=False)
     row: int | None = None
     direction: np.ndarray | None = field(default=None, repr=False)
+    score: str = "likelihood-ratio"
 
 
 @dataclass(frozen=True)
@@ -149,27 +178,174 @@ Trainer = Callable[..., TrainerOutput]
 
 
 class _ProjectionObserver:
-    """Sums, over steps, each model's privatised gradient projected on a direction.
+    """Scores each model's white-box transcript along a gradient canary, step by step.
 
-    The update is −learning_rate × the privatised gradient when momentum and weight decay
-    are 0, so this is the white-box statistic of Nasr et al. 2023 (§3) up to the positive
-    factor learning_rate, which does not change any threshold test.
+    After every step it reads each model's privatised gradient along the canary: the
+    projection on ``direction`` (one run per model), or the coordinates ``columns``
+    (the one-run audit's m Dirac canaries, one score per coordinate). It keeps two
+    running scores per model and canary:
+
+    * ``sums``: the plain sum of the projections, the white-box statistic of Nasr et al.
+      2023 (§3). The update is −learning_rate × the privatised gradient when momentum
+      and weight decay are 0, so this is the summed update up to a positive factor,
+      which changes no threshold test.
+    * ``log_likelihood_ratios`` (with ``mixture``): the sum over steps of
+      :func:`dpaudit.whitebox.mixture_log_likelihood_ratio` of the projection rescaled
+      to the noisy sum's units. The engine divides (clipped sum + N(0, σ²C²) noise +
+      canary) by the expected batch size q·n (n for full batch), so multiplying the
+      projection by that divisor gives x_t = noise + C·[canary sampled] exactly (up to
+      rounding) on a coordinate that no real gradient touches. By the Neyman–Pearson
+      lemma this sum is the most powerful score against (1 − q)N(0, σ²C²) + qN(C, σ²C²)
+      per step (see :mod:`dpaudit.whitebox`).
+
+    Models that have finished their steps (``info.active`` false) add nothing to either.
     """
 
-    def __init__(self, direction: np.ndarray, num_models: int, model_offset: int) -> None:
-        d = np.asarray(direction, dtype=np.float64)
-        self.direction = torch.as_tensor(d / np.linalg.norm(d))
-        nonzero = np.flatnonzero(d)
-        self.index = int(nonzero[0]) if nonzero.size == 1 else None  # Dirac: one column
-        self.sums = np.zeros(num_models)
+    def __init__(
+        self,
+        direction: np.ndarray | None,
+        num_models: int,
+        model_offset: int,
+        *,
+        columns: np.ndarray | None = None,
+        mixture: _Mixture | None = None,
+    ) -> None:
+        self.columns: torch.Tensor | None = None
+        self.direction: torch.Tensor | None = None
+        if columns is not None:
+            self.columns = torch.as_tensor(np.asarray(columns, dtype=np.int64))
+            width = int(self.columns.numel())
+        else:
+            d = np.asarray(direction, dtype=np.float64)
+            nonzero = np.flatnonzero(d)
+            if nonzero.size == 1:  # Dirac: one column
+                self.columns = torch.as_tensor(nonzero[:1])
+            else:
+                self.direction = torch.as_tensor(d / np.linalg.norm(d))
+            width = 1
         self.offset = model_offset
+        self.mixture = mixture
+        self._sums = np.zeros((num_models, width))
+        self._llr = np.zeros((num_models, width))
 
     def __call__(self, info: StepInfo) -> None:
         g = info.gradients
-        proj = g[:, self.index] if self.index is not None else g @ self.direction.to(g.dtype)
-        proj = torch.where(info.active, proj, torch.zeros_like(proj))
+        if self.columns is not None:
+            proj = g[:, self.columns]
+        else:
+            assert self.direction is not None  # one of the two is set in __init__
+            proj = (g @ self.direction.to(g.dtype)).unsqueeze(1)
+        active = info.active.unsqueeze(1)
+        proj = torch.where(active, proj, torch.zeros_like(proj))
         rows = info.model_indices.numpy() - self.offset
-        self.sums[rows] += proj.double().numpy()
+        values = proj.double().numpy()
+        self._sums[rows] += values
+        if self.mixture is not None:
+            m = self.mixture
+            x = values * m.expected[rows, None]  # back to the noisy sum's units
+            llr = mixture_log_likelihood_ratio(
+                x,
+                sampling_rate=m.rates[rows, None],
+                noise_multiplier=m.noise_multiplier,
+                clipping_norm=m.clipping_norm,
+            )
+            self._llr[rows] += np.where(active.numpy(), llr, 0.0)
+
+    @property
+    def sums(self) -> np.ndarray:
+        """The plain sums: ``(K,)`` along a direction, ``(K, m)`` on ``columns``."""
+        return self._sums[:, 0].copy() if self._sums.shape[1] == 1 else self._sums.copy()
+
+    @property
+    def log_likelihood_ratios(self) -> np.ndarray:
+        """The likelihood-ratio scores, shaped as :attr:`sums`."""
+        if self.mixture is None:
+            raise DpauditError("This observer was made without a mixture: no likelihood ratio.")
+        return self._llr[:, 0].copy() if self._llr.shape[1] == 1 else self._llr.copy()
+
+    def scores(self, score: str) -> np.ndarray:
+        """The white-box scores asked for: ``"likelihood-ratio"`` or ``"sum"``."""
+        check_choice("score", score, WHITE_BOX_SCORES)
+        return self.log_likelihood_ratios if score == "likelihood-ratio" else self.sums
+
+
+@dataclass(frozen=True)
+class _Mixture:
+    """What the likelihood-ratio score needs of the run, per model: q, the divisor of the
+    noisy sum, σ and C (read from the training spec that runs, never from a claim)."""
+
+    rates: np.ndarray
+    expected: np.ndarray
+    noise_multiplier: float
+    clipping_norm: float
+
+
+def _mixture(membership: np.ndarray, training: TrainingSpec, score: str) -> _Mixture | None:
+    """The run's mixture parameters, or ``None`` when the score is the plain sum.
+
+    q and T come from :func:`dpaudit.recipes.sampling_plan`, the formula the engine runs;
+    the divisor is the engine's expected batch size q·n (n for full batch).
+
+    Raises:
+        ConfigError: no DP, or σ = 0 (the likelihood ratio of noiseless steps is
+            degenerate; the plain sum still works).
+    """
+    if score != "likelihood-ratio":
+        return None
+    dp = training.dp
+    if dp is None or dp.noise_multiplier <= 0:
+        raise ConfigError(
+            "The 'likelihood-ratio' white-box score needs noise (noise_multiplier > 0). "
+            'Set score = "sum" in [dpsgd] for a noiseless run.'
+        )
+    sizes = membership.sum(axis=1).astype(np.int64)
+    rates, _ = sampling_plan(
+        sizes,
+        batch_size=training.batch_size,
+        epochs=training.epochs,
+        full_batch=training.full_batch,
+    )
+    expected = sizes.astype(np.float64) if training.full_batch else rates * sizes
+    return _Mixture(
+        rates=np.asarray(rates, dtype=np.float64),
+        expected=expected,
+        noise_multiplier=dp.noise_multiplier,
+        clipping_norm=dp.clipping_norm,
+    )
+
+
+def canary_observer(
+    membership: np.ndarray,
+    training: TrainingSpec,
+    *,
+    score: str,
+    direction: np.ndarray | None = None,
+    columns: np.ndarray | None = None,
+    model_offset: int = 0,
+) -> _ProjectionObserver:
+    """A step observer that scores white-box canaries of the models ``membership`` trains.
+
+    Args:
+        membership: ``(K, n)`` the models' members (their sizes fix q and q·n).
+        training: the spec that will run (σ, C, batch size, epochs, full batch).
+        score: ``"likelihood-ratio"`` or ``"sum"``; both running scores are kept when the
+            first is asked (:meth:`_ProjectionObserver.scores`).
+        direction: the gradient canary ``(P,)`` (one score per model), or
+        columns: m flat parameter indices (one score per model and coordinate).
+        model_offset: global index of the first model (work units).
+
+    Raises:
+        DpauditError: an unknown ``score``.
+        ConfigError: the likelihood ratio without noise.
+    """
+    check_choice("score", score, WHITE_BOX_SCORES)
+    return _ProjectionObserver(
+        direction,
+        membership.shape[0],
+        model_offset,
+        columns=columns,
+        mixture=_mixture(membership, training, score),
+    )
 
 
 class _GreyBoxObserver:
@@ -293,7 +469,13 @@ def _engine_train(
     if canary.threat_model == "white-box":
         if canary.direction is None:
             raise ConfigError("A white-box canary audit needs a gradient canary ('dirac').")
-        observer = _ProjectionObserver(canary.direction, membership.shape[0], settings.model_offset)
+        observer = canary_observer(
+            membership,
+            training,
+            score=canary.score,
+            direction=canary.direction,
+            model_offset=settings.model_offset,
+        )
         gradient_canary = GradientCanary(canary.direction, canary.included)
     result = train_many(
         X,
@@ -307,7 +489,7 @@ def _engine_train(
         step_observer=_chain(observer, greybox),
         gradient_canary=gradient_canary,
     )
-    scores = observer.sums if observer is not None else None
+    scores = observer.scores(canary.score) if observer is not None else None
     return scores, result.models, result.records  # type: ignore[return-value]
 
 

@@ -149,7 +149,8 @@ def test_dpgd_white_box_scores_are_the_gaussian_of_exact_gdp(tmp_path):
     # N(μ, 1) with μ = √T/σ = 1. Kolmogorov–Smirnov at level 1e-3 on 1000 per arm.
     from dpaudit.kinds.dpsgd import DpsgdSpec, dpsgd_unit
 
-    section = DpsgdSection.model_validate({**DPGD, "trials": 1000})
+    # The plain sum (score = "sum"); tests/test_whitebox_lr.py checks the likelihood ratio.
+    section = DpsgdSection.model_validate({**DPGD, "trials": 1000, "score": "sum"})
     cfg = DpsgdSpec(section=section, seed=3, unit_size=2000, base_dir=str(HERE))
     unit = dpsgd_unit(cfg, "dpsgd-00000")
     n, steps, sigma = 50, 10, math.sqrt(10)

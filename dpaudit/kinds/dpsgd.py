@@ -146,8 +146,13 @@ class DpsgdSection(Table):
         options: trainer options (``epsilon``, ``lam``, ``parties``, or a user trainer's).
         canary: ``mislabeled`` | ``ood`` | ``clipbkd`` | ``crafted`` (input rows) | ``dirac``
             (gradient). ``crafted`` sits on an appended all-zero feature that only it uses.
-        threat_model: ``black-box`` (final model's canary loss) or ``white-box`` (sum over
-            steps of the update's projection on the Dirac canary).
+        threat_model: ``black-box`` (final model's canary loss) or ``white-box`` (a
+            score of every step's update projected on the Dirac canary).
+        score: the white-box statistic: ``likelihood-ratio`` (default; the sum over
+            steps of the log-likelihood ratio of (1 − q)N(0, σ²C²) + qN(C, σ²C²) to
+            N(0, σ²C²), the Neyman–Pearson test for Poisson-subsampled steps, see
+            :mod:`dpaudit.whitebox`) or ``sum`` (the plain sum of the projections,
+            Nasr et al. 2023 §3). The one-run audit scores its canaries the same way.
         trials: models per arm (with and without the canary).
         threshold: ``split`` or ``bonferroni`` (see :mod:`dpaudit.bounds`).
         models_per_unit: models per work unit (default ``[execution] unit_size``, capped).
@@ -168,6 +173,7 @@ class DpsgdSection(Table):
     options: dict[str, float | int | str] = Field(default_factory=dict)
     canary: Literal["mislabeled", "ood", "clipbkd", "crafted", "dirac"] = "dirac"
     threat_model: Literal["black-box", "white-box"] = "white-box"
+    score: Literal["likelihood-ratio", "sum"] = "likelihood-ratio"
     trials: Annotated[int, Field(ge=0, le=10_000_000)] = 1000
     threshold: Literal["split", "bonferroni"] = "split"
     models_per_unit: Annotated[int, Field(ge=1)] | None = None
@@ -408,6 +414,7 @@ def dpsgd_unit(spec: DpsgdSpec, unit: str) -> dict[str, np.ndarray]:
         included=included,
         row=setup.canary_row,
         direction=setup.direction,
+        score=s.score,
     )
     settings = TrainerSettings(
         model=setup.model,
@@ -552,6 +559,7 @@ def _greybox_check(test: GreyBoxTest, alpha: float) -> Check:
 
 def _one_run_unit(spec: DpsgdSpec) -> dict[str, np.ndarray]:
     from dpaudit.canaries import with_zero_feature
+    from dpaudit.trainers import canary_observer
     from dpaudit.training import CoordinateCanaries, train_many
     from dpaudit.upper_bounds import record_arrays
 
@@ -569,23 +577,31 @@ def _one_run_unit(spec: DpsgdSpec) -> dict[str, np.ndarray]:
     indices = np.arange(d - m, d)  # flat index c·d + j with c = 0
     included = np.random.default_rng([_stream_seed(spec.seed, 5)]).random(m) < 0.5
     n = X.shape[0]
+    membership = np.ones((1, n), dtype=bool)
     # The engine adds each included canary as an extra record of norm C, sampled with
-    # the model's own q, and sums the privatised gradient at each canary's coordinate.
+    # the model's own q, and sums the privatised gradient at each canary's coordinate;
+    # the observer sees those coordinates every step and scores each canary's
+    # transcript with the likelihood ratio (Steinke, Nasr, Jagielski 2023 allow any
+    # score that is a function of what the auditor sees).
+    observer = canary_observer(membership, base.training, columns=indices, score=s.score)
     result = train_many(
         X,
         base.y,
-        np.ones((1, n), dtype=bool),
+        membership,
         model=base.model,
         training=base.training,
         seed=_stream_seed(spec.seed, 7),
         num_classes=base.num_classes,
         coordinate_canaries=CoordinateCanaries(indices, included, seed=_stream_seed(spec.seed, 6)),
+        step_observer=observer,
     )
     r = result.records[0]
     assert r is not None
     assert result.canary_sums is not None  # asked for with coordinate_canaries
+    # "sum": the engine's own running sums (the observer's are the same numbers).
+    scores = result.canary_sums if s.score == "sum" else observer.scores(s.score)[0]
     return {
-        "one_run_scores": result.canary_sums,
+        "one_run_scores": scores,
         "one_run_included": included,
         **record_arrays([r]),
     }
