@@ -828,19 +828,21 @@ class ScalingFit:
 
 
 def _log_slopes(
-    b: np.ndarray, m: np.ndarray, medians: np.ndarray
-) -> tuple[float | None, float | None]:
-    """OLS of log(medians) on [1, log B, log m] (a variable with one value is left out)."""
+    b: np.ndarray, m: np.ndarray, log_medians: np.ndarray
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """OLS of log(medians) on [1, log B, log m] (a variable with one value is left out).
+
+    ``log_medians`` is (cells,) or (resamples, cells): the design is the same for every
+    row, so its pseudo-inverse fits them all in one product.
+    """
     columns = [np.ones(b.size)]
     use_b, use_m = np.unique(b).size > 1, np.unique(m).size > 1
     if use_b:
         columns.append(np.log(b))
     if use_m:
         columns.append(np.log(m))
-    coef = np.linalg.lstsq(np.column_stack(columns), np.log(medians), rcond=None)[0]
-    slope_b = float(coef[1]) if use_b else None
-    slope_m = float(coef[-1]) if use_m else None
-    return slope_b, slope_m
+    coef = np.linalg.pinv(np.column_stack(columns)) @ np.atleast_2d(log_medians).T
+    return (coef[1] if use_b else None), (coef[-1] if use_m else None)
 
 
 def fit_scaling(
@@ -873,30 +875,27 @@ def fit_scaling(
     bs = np.array([b for b, _, _ in kept], float)
     ms = np.array([m for _, m, _ in kept], float)
     medians = np.array([np.median(e) for _, _, e in kept])
-    slope_b, slope_m = _log_slopes(bs, ms, medians)
+    slope_b, slope_m = _log_slopes(bs, ms, np.log(medians))
     rng = np.random.default_rng(seed)
-    boot_b, boot_m = [], []
-    for _ in range(resamples):
-        meds = np.array([np.median(rng.choice(e, e.size)) for _, _, e in kept])
-        if np.any(meds <= 0):
-            continue
-        sb, sm = _log_slopes(bs, ms, meds)
-        boot_b.append(sb)
-        boot_m.append(sm)
+    # Each cell's batches resampled with replacement, all resamples at once.
+    boot = np.column_stack(
+        [np.median(e[rng.integers(0, e.size, (resamples, e.size))], axis=1) for _, _, e in kept]
+    )
+    boot = boot[np.all(boot > 0, axis=1)]
+    boot_b, boot_m = _log_slopes(bs, ms, np.log(boot)) if boot.size else (None, None)
     q = [(1 - c) / 2 * 100, (1 + c) / 2 * 100]
 
-    def ci(values: list[float | None]) -> ConfidenceInterval | None:
-        v = [x for x in values if x is not None]
-        if not v:
+    def ci(values: np.ndarray | None) -> ConfidenceInterval | None:
+        if values is None or values.size == 0:
             return None
-        lo, hi = np.percentile(v, q)
+        lo, hi = np.percentile(values, q)
         return ConfidenceInterval(float(lo), float(hi))
 
     return ScalingFit(
-        slope_batch=slope_b,
-        slope_width=slope_m,
-        slope_batch_interval=ci(boot_b) if slope_b is not None else None,
-        slope_width_interval=ci(boot_m) if slope_m is not None else None,
+        slope_batch=None if slope_b is None else float(slope_b[0]),
+        slope_width=None if slope_m is None else float(slope_m[0]),
+        slope_batch_interval=ci(boot_b),
+        slope_width_interval=ci(boot_m),
         cells=tuple((b, m, float(np.median(e)), int(e.size)) for b, m, e in kept),
         confidence_level=c,
         resamples=resamples,
