@@ -1,0 +1,259 @@
+"""dpaudit.opacus_adapter: an ordinary Opacus loop audited through one decorator.
+
+The planted bugs of ``tests/plugins_opacus/loops.py`` are audited with ``dpaudit run``
+and must exit 1, each caught by the grey-box check that sees it; the correct loop must
+exit 0. Few models per arm suffice: every bug here is caught by a grey-box check from a
+single run (the deterministic clipping and steps checks, or p-values of order 1e-200 for
+the noise and batch sizes), so the models per arm are the fewest the lower bounds accept
+(8 counted per arm after the split).
+"""
+
+from __future__ import annotations
+
+import difflib
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+pytest.importorskip("opacus")
+
+from dpaudit.cli import app
+from dpaudit.errors import ConfigError
+from dpaudit.models import ModelSpec
+from dpaudit.opacus_adapter import CANARY_NORM_FACTOR, opacus_trainer
+from dpaudit.trainers import CanarySetup, TrainerSettings
+from dpaudit.training import TrainingSpec
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Full backward hook:UserWarning"),
+    pytest.mark.filterwarnings("ignore:Secure RNG turned off:UserWarning"),
+    pytest.mark.filterwarnings("ignore:Optimal order:UserWarning"),
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGINS = Path(__file__).resolve().parent / "plugins_opacus"
+TRIALS = 16  # the fewest models per arm whose split leaves 8 per arm to count
+
+
+def _changed_lines(a: Path, b: Path) -> list[str]:
+    diff = difflib.unified_diff(a.read_text().splitlines(), b.read_text().splitlines())
+    return [line for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+
+
+def test_the_audited_loop_is_the_plain_script_plus_at_most_ten_lines() -> None:
+    changed = _changed_lines(
+        ROOT / "audits" / "plugins" / "opacus_plain.py",
+        ROOT / "audits" / "plugins" / "opacus_loop.py",
+    )
+    assert 0 < len(changed) <= 10, changed
+    assert "+@opacus_trainer" in changed
+
+
+# ------------------------------------------------------------------ the trainer protocol
+
+
+def _data(n: int = 40, d: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Rows with an all-zero last feature, as dpaudit gives a Dirac audit."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    X[:, -1] = 0.0
+    return X, (rng.random(n) < 0.5).astype(np.int64)
+
+
+def _small_loop(sigma: float = 1.0, batch_size: int = 10, epochs: int = 2):
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def train(X, y):
+        model = torch.nn.Linear(X.shape[1], 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DataLoader(
+            TensorDataset(torch.as_tensor(X), torch.as_tensor(y)), batch_size=batch_size
+        )
+        model, optimizer, loader = PrivacyEngine(accountant="rdp").make_private(
+            module=model,
+            optimizer=optimizer,
+            data_loader=loader,
+            noise_multiplier=sigma,
+            max_grad_norm=1.0,
+        )
+        for _ in range(epochs):
+            for xb, yb in loader:
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(xb), yb).backward()
+                optimizer.step()
+        return model
+
+    return train
+
+
+def _protocol(X: np.ndarray, included: np.ndarray, *, score: str = "sum") -> dict:
+    d = X.shape[1]
+    direction = np.zeros(2 * d + 2)
+    direction[d - 1] = 1.0  # class 0's weight on the all-zero feature
+    canary = CanarySetup(
+        kind="dirac", threat_model="white-box", included=included, direction=direction, score=score
+    )
+
+    settings = TrainerSettings(
+        model=ModelSpec(kind="logistic"),
+        training=TrainingSpec(),
+        num_classes=2,
+        model_offset=0,
+        options={"delta": 1e-5},
+    )
+    return {"seed": 3, "canary": canary, "settings": settings}
+
+
+def test_reads_what_ran_from_opacus_and_reproduces_each_model() -> None:
+    X, y = _data()
+    trainer = opacus_trainer(_small_loop())
+    included = np.array([False, True, False, True])
+    membership = np.ones((4, X.shape[0]), dtype=bool)
+    state = torch.get_rng_state()
+    out = trainer(X, y, membership, **_protocol(X, included))
+    assert torch.equal(torch.get_rng_state(), state)  # the global generator is restored
+    again = trainer(X, y, membership, **_protocol(X, included))
+    np.testing.assert_array_equal(out.scores, again.scores)  # seeded per model
+    assert len(set(out.scores.tolist())) == 4  # and each model has its own seed
+    # batch size 10 of 40 rows: Opacus' Poisson loader samples at q = 1/4, 4 steps per epoch
+    for r in out.records:
+        assert (r.noise_multiplier, r.sampling_rate, r.steps, r.clipping_norm) == (
+            1.0,
+            0.25,
+            8,
+            1.0,
+        )
+        assert r.sampling == "poisson"
+    assert [r.dataset_size for r in out.records] == [40, 41, 40, 41]
+    # The claim is Opacus' own RDP accountant ε at the options' δ.
+    from opacus.accountants import RDPAccountant
+
+    acc = RDPAccountant()
+    acc.history = [(1.0, 0.25, 8)]
+    assert out.claim.epsilon == pytest.approx(acc.get_epsilon(1e-5), rel=1e-12)
+    assert out.claim.delta == 1e-5
+
+
+def test_the_canary_goes_through_opacus_clipping_and_noise() -> None:
+    """With σ = 0 the privatised sum on the canary's coordinate is exactly what Opacus'
+    clipping left of the canary: C per step it was sampled (its norm was 1000·C), and 0
+    for a model without it; the untouched coordinate reads exactly 0."""
+    X, y = _data()
+    trainer = opacus_trainer(_small_loop(sigma=0.0))
+    included = np.array([False, True])
+    out = trainer(X, y, np.ones((2, X.shape[0]), dtype=bool), **_protocol(X, included))
+    obs = out.observations
+    assert out.scores[0] == 0.0
+    # Opacus clips by C / (norm + 1e-6): C·1000/(1000 + 1e-6) in float32 rounds to C.
+    sampled = out.scores[1]
+    assert sampled == pytest.approx(round(sampled), abs=1e-5)
+    assert 1 <= round(sampled) <= 8
+    assert np.all(obs.untouched_noise == 0.0)
+    assert np.nanmax(obs.clipped_norms_max) <= 1.0 + 1e-6
+    assert CANARY_NORM_FACTOR > 1.0
+    # The canary is one more record when sampled: 8 steps, batch sizes ~ Binomial(41, 1/4).
+    assert obs.steps_run.tolist() == [8, 8]
+    assert obs.per_model("dataset_size").tolist() == [40, 41]
+
+
+def test_called_as_a_plain_function_it_trains_once() -> None:
+    X, y = _data()
+    model = opacus_trainer(_small_loop())(X, y)
+    assert isinstance(model, torch.nn.Module)
+
+
+def test_a_function_that_never_makes_private_is_an_error() -> None:
+    X, y = _data()
+    trainer = opacus_trainer(lambda X, y: torch.nn.Linear(X.shape[1], 2))
+    with pytest.raises(ConfigError, match=r"never called PrivacyEngine.make_private"):
+        trainer(X, y, np.ones((1, X.shape[0]), bool), **_protocol(X, np.array([True])))
+
+
+def test_a_model_with_another_layout_is_an_error() -> None:
+    X, y = _data()
+    trainer = opacus_trainer(_small_loop())
+    kwargs = _protocol(X[:, :2], np.array([True]))  # a direction for 2 features, not 3
+    with pytest.raises(ConfigError, match=r"has 6 coordinates but the Opacus model has 8"):
+        trainer(X, y, np.ones((1, X.shape[0]), bool), **kwargs)
+
+
+def test_warnings_are_shown_once_not_once_per_model() -> None:
+    import dpaudit.opacus_adapter as adapter
+
+    adapter._SEEN_WARNINGS.clear()
+    X, y = _data()
+    trainer = opacus_trainer(_small_loop())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer(X, y, np.ones((3, X.shape[0]), bool), **_protocol(X, np.array([0, 1, 0]) > 0))
+    secure = [w for w in caught if "Secure RNG" in str(w.message)]
+    assert len(secure) == 1
+
+
+# ------------------------------------------------------------------- audits, exit codes
+
+
+def _audit(tmp_path: Path, trainer: str, seed: int = 0, options: str = "") -> Path:
+    if not (tmp_path / "plugins_opacus").exists():
+        shutil.copytree(PLUGINS, tmp_path / "plugins_opacus")
+    path = tmp_path / f"{trainer}-{seed}.toml"
+    path.write_text(
+        f"""[audit]
+name = "{trainer}"
+kinds = ["dpsgd"]
+seed = {seed}
+
+[dpsgd]
+trainer = "plugins_opacus.loops:{trainer}"
+dataset = "sklearn:breast_cancer"
+canary = "dirac"
+threat_model = "white-box"
+trials = {TRIALS}
+options = {{ epsilon = 5.47, delta = 1e-5{options} }}
+
+[report]
+html = false
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+def _run(path: Path) -> tuple[int, dict]:
+    import json
+
+    out = path.parent / f"run-{path.stem}"
+    result = CliRunner().invoke(app, ["run", str(path), "-q", "-o", str(out)])
+    return result.exit_code, json.loads((out / "results.json").read_text())
+
+
+# bug → (the grey-box check that must fail, extra options stating the configured run)
+BUGS = {
+    "sigma_tenth": ("greybox_noise", ""),
+    "no_clipping": ("greybox_clipping", ""),
+    "one_of_two_epochs": ("greybox_steps", ""),
+    "shuffled_fixed": ("greybox_batch_sizes", ""),
+    "weighted_sampler": ("greybox_batch_sizes", ", sampling_rate = 0.25, steps = 8"),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(BUGS))
+def test_a_planted_bug_exits_1(bug: str, tmp_path: Path) -> None:
+    check, options = BUGS[bug]
+    code, results = _run(_audit(tmp_path, bug, options=options))
+    assert code == 1
+    failed = {c["name"] for c in results["checks"] if not c["passed"]}
+    assert check in failed, failed
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_correct_loop_exits_0(seed: int, tmp_path: Path) -> None:
+    code, results = _run(_audit(tmp_path, "correct", seed=seed))
+    assert code == 0, [c for c in results["checks"] if not c["passed"]]
+    assert results["tests"][0]["dpsgd"]["trainer_libraries"]["opacus"]
