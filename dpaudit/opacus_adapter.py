@@ -126,6 +126,9 @@ class OpacusTrainer:
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
+        #: The last audited call's white-box transcripts: ``(K, T)`` privatised sums on
+        #: the canary's coordinate per model and step (NaN after a model's last step).
+        self.transcripts: np.ndarray | None = None
         functools.update_wrapper(self, fn)
 
     @property
@@ -175,6 +178,11 @@ class OpacusTrainer:
             if not white:
                 run.score = _black_box_score(model, X[canary.row], int(y[canary.row]))
             runs.append(run)
+        if white:
+            width = max(r.steps for r in runs)
+            self.transcripts = np.array(
+                [r.canary_sums + [np.nan] * (width - r.steps) for r in runs], dtype=np.float64
+            )
         return _output(runs, canary, settings.options)
 
 

@@ -53,7 +53,7 @@ def _loop(model, optimizer, loader, epochs=2):
 
 def _private(X, y, optimizer_class=None, **make_private_kwargs):
     model, optimizer, loader = _setup(X, y)
-    model, optimizer, loader = PrivacyEngine().make_private(
+    model, optimizer, loader = PrivacyEngine(accountant="rdp").make_private(
         module=model,
         optimizer=optimizer,
         data_loader=loader,
@@ -85,7 +85,7 @@ def no_clipping(X, y):
 def one_of_two_epochs(X, y):
     """σ calibrated by make_private_with_epsilon for 1 epoch, then 2 epochs trained."""
     model, optimizer, loader = _setup(X, y)
-    model, optimizer, loader = PrivacyEngine().make_private_with_epsilon(
+    model, optimizer, loader = PrivacyEngine(accountant="rdp").make_private_with_epsilon(
         module=model,
         optimizer=optimizer,
         data_loader=loader,
@@ -101,7 +101,7 @@ def one_of_two_epochs(X, y):
 def shuffled_fixed(X, y):
     """Shuffled fixed-size batches (poisson_sampling=False), accounted as Poisson."""
     model, optimizer, loader = _setup(X, y, shuffle=True)
-    model, optimizer, loader = PrivacyEngine().make_private(
+    model, optimizer, loader = PrivacyEngine(accountant="rdp").make_private(
         module=model,
         optimizer=optimizer,
         data_loader=loader,
@@ -120,7 +120,7 @@ def weighted_sampler(X, y):
     weights = torch.ones(len(y))
     sampler = WeightedRandomSampler(weights, num_samples=len(y) // 2)
     model, optimizer, loader = _setup(X, y, sampler=sampler)
-    model, optimizer, loader = PrivacyEngine().make_private(
+    model, optimizer, loader = PrivacyEngine(accountant="rdp").make_private(
         module=model,
         optimizer=optimizer,
         data_loader=loader,
