@@ -15,7 +15,9 @@ regression, C = 1, learning rate 1, δ = 1e-5, 95 %, ``--trials`` models per arm
 * full-batch DP-GD, T = 10 (σ = 1.581, exactly μ = 2.000-GDP): the goal setting;
 * Poisson DP-SGD, q = 0.25 (batch 250), T = 8, same levers;
 * full-batch DP-GD, T = 10, without the levers (ClipBKD canary, random initialisation,
-  minus the canary's loss), for comparison.
+  minus the canary's loss), for comparison;
+* ablations: the crafted canary with each model's own random θ₀ (logit-shift score), and
+  with the worst-case θ₀ but minus the canary's loss as the score.
 
 For each run: the rigorous ε and μ lower bounds, the ε implied by μ_LB (GDP conversion;
 valid for full-batch DP-GD, which is exactly GDP; "assumes-gdp" otherwise), their ratios
@@ -57,6 +59,19 @@ SETTINGS: dict[str, dict[str, Any]] = {
         "trainer": "dpgd",
         "canary": "clipbkd",
         "zero_features": 1,
+        "training": {"epochs": 10, "learning_rate": 1.0},
+    },
+    # Ablations: one lever off at a time.
+    "full-batch, crafted, random θ₀, logit-shift": {
+        "trainer": "dpgd",
+        "canary": "crafted",
+        "black_box": {"initial": "random", "score": "logit-shift"},
+        "training": {"epochs": 10, "learning_rate": 1.0},
+    },
+    "full-batch, crafted, worst-case θ₀, loss": {
+        "trainer": "dpgd",
+        "canary": "crafted",
+        "black_box": {"initial": "worst-case", "score": "loss"},
         "training": {"epochs": 10, "learning_rate": 1.0},
     },
 }
