@@ -150,6 +150,45 @@ def test_black_box_scores_are_the_closed_form_gaussians() -> None:
     assert m_in / s_in == pytest.approx(MU, rel=1e-6)
 
 
+def test_poisson_black_box_scores_are_the_closed_form_mixture() -> None:
+    # Poisson DP-SGD, 40 rows, batch 10: the arm without the canary has q = 1/4, the arm
+    # with it q = 10/41 (41 members), both T = 4 and divisor b = 10. The canary joins a
+    # step with probability q, so its arm's score is Σ_k Binom(T, q)(k)·N(−A + k·push, s²).
+    rows, batch, trials = 40, 10, 400
+    spec = _spec(
+        trials,
+        seed=5,
+        trainer="dpsgd",
+        rows=rows,
+        training={
+            "epochs": 1,
+            "batch_size": batch,
+            "learning_rate": 1.0,
+            "dp": {"noise_multiplier": 0.8},
+        },
+    )
+    st = _setup(spec)
+    assert st.crafted is not None
+    theta0 = st.training.initial_parameters
+    assert theta0 is not None
+    margin = theta0[st.crafted.decoy * st.X.shape[1] + st.crafted.feature]
+    out = dpsgd_unit(spec, "dpsgd-00000")
+    scores, included = out["scores"], out["included"].astype(bool)
+    steps = rows // batch
+    push = 2.0 * crafted_clipped_weight(st.crafted, 1.0) / batch
+    s = 0.8 * math.sqrt(2.0 * steps) / batch
+    k = np.arange(steps + 1)
+    weights = stats.binom.pmf(k, steps, batch / (rows + 1))
+
+    def mixture_cdf(x: np.ndarray) -> np.ndarray:
+        z = (np.asarray(x)[..., None] + margin - k * push) / s
+        return (weights * stats.norm.cdf(z)).sum(-1)
+
+    # One KS test per arm at level 1e-3, as above.
+    assert stats.kstest(scores[~included], stats.norm(-margin, s).cdf).pvalue > 1e-3
+    assert stats.kstest(scores[included], mixture_cdf).pvalue > 1e-3
+
+
 # ------------------------------------------------------------------------------ validity
 
 
