@@ -257,3 +257,50 @@ def test_the_correct_loop_exits_0(seed: int, tmp_path: Path) -> None:
     code, results = _run(_audit(tmp_path, "correct", seed=seed))
     assert code == 0, [c for c in results["checks"] if not c["passed"]]
     assert results["tests"][0]["dpsgd"]["trainer_libraries"]["opacus"]
+
+
+def test_a_black_box_canary_is_a_row_of_the_models_that_hold_it() -> None:
+    X, y = _data()
+    X = np.concatenate([X, X[:1] * 3.0])  # the canary row, last
+    y = np.concatenate([y, 1 - y[:1]])
+    included = np.array([False, True])
+    membership = np.ones((2, X.shape[0]), dtype=bool)
+    membership[:, -1] = included
+    canary = CanarySetup(kind="mislabeled", threat_model="black-box", included=included, row=40)
+    kwargs = {**_protocol(X, included), "canary": canary}
+    out = opacus_trainer(_small_loop())(X, y, membership, **kwargs)
+    assert np.all(np.isfinite(out.scores))
+    assert np.all(out.scores < 0)  # minus a cross-entropy
+    # Opacus samples at 1/len(loader): batch 10 of 40 rows is q = 1/4 (4 steps an epoch),
+    # of 41 rows q = 1/5 (5 steps): the records say what each model ran.
+    assert [(r.dataset_size, r.sampling_rate, r.steps) for r in out.records] == [
+        (40, 0.25, 8),
+        (41, 0.2, 10),
+    ]
+    # The canary row leaves the zero feature at 0: the noise there is read in every step.
+    obs = out.observations
+    assert np.isfinite(obs.untouched_noise[0, :8]).all()
+    assert np.isfinite(obs.untouched_noise[1]).all()
+
+
+def _bound(epsilon: float, delta: float, mu: float | None, source: str):
+    from dpaudit.upper_bounds import UpperBound
+
+    return UpperBound(epsilon, delta, mu, source, {source: epsilon}, 0.0 if mu is None else 1e-9)
+
+
+def test_records_and_a_claim_are_held_together_the_smaller_deciding() -> None:
+    from dpaudit.kinds.dpsgd import _tighter
+
+    accountant = _bound(5.458, 1e-5, 1.429, "accountant")
+    smaller = _tighter(accountant, _bound(4.0, 1e-5, None, "trainer claim"))
+    assert (smaller.epsilon, smaller.epsilon_delta, smaller.mu) == (4.0, 1e-5, 1.429)
+    assert smaller.source == "trainer claim (ε), accountant (μ)"
+    assert smaller.mu_tail == 1e-9  # the tail of the bracket that gave μ
+    assert smaller.detail["accountant_epsilon"] == 5.458
+    # A larger claim, or one at a larger δ (it says nothing at δ = 1e-5), leaves the records.
+    for claim in (_bound(6.0, 1e-5, None, "trainer claim"), _bound(4.0, 1e-3, None, "c")):
+        held = _tighter(accountant, claim)
+        assert (held.epsilon, held.mu, held.source) == (5.458, 1.429, "accountant")
+    # A claim at a smaller δ holds at the audit's δ too ((ε, δ')-DP ⇒ (ε, δ)-DP, δ' ≤ δ).
+    assert _tighter(accountant, _bound(4.0, 1e-7, None, "trainer claim")).epsilon == 4.0
