@@ -6,7 +6,13 @@ of ``[[reconstruction.defences]]`` the same ``batches`` batches are drawn, defen
 inverted (by optimisation, or in closed form for B = 1); units store the true and
 reconstructed inputs, and the summary gives per-example errors after Hungarian matching
 (normalised RMSE, PSNR, fraction recovered within ``tolerance``) with intervals over the
-batches. Those are descriptive: they put no bound into the verdict.
+batches. Those are descriptive: they put no bound into the verdict. ``attack = "tensor"``
+runs the tensor method of Wang, Lee, Lei (2023) instead (two-layer network, smooth
+activation): it finds input directions, scored by sin∠(x̂, x). Each defence row carries
+the lecture's complexity column at the run's B, d, m and the defence's parameters
+(:func:`dpaudit.reconstruction.lecture_complexity`) and a few raw inputs with their
+reconstructions (the report draws them). ``[reconstruction.scaling]`` repeats the
+undefended attack on a grid of B and m and fits the error's slopes in log B and log m.
 
 ``[reconstruction.game]`` adds the k-candidate identification game against DP-SGD on one
 example: its success count gives a rigorous ε lower bound
