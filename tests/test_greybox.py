@@ -587,3 +587,56 @@ def test_a_failed_check_outside_the_gate_is_still_a_violation_and_a_warning(tmp_
     assert any(
         w.startswith("greybox_steps failed, but [gate] fail_on_violation") for w in result.warnings
     )
+
+
+def test_engine_observer_with_an_input_canary() -> None:
+    # ClipBKD puts the canary row on the all-zero column: only the models without the
+    # canary keep it untouched; the two arms sample from n and n + 1 rows.
+    from dpaudit.kinds.dpsgd import DpsgdSection, DpsgdSpec, _setup
+    from dpaudit.trainers import TRAINERS, CanarySetup, TrainerSettings
+
+    section = DpsgdSection.model_validate(
+        {
+            "trainer": "dpsgd",
+            "canary": "clipbkd",
+            "threat_model": "black-box",
+            "zero_features": 1,
+            "rows": 60,
+            "trials": 10,
+            "training": {
+                "epochs": 2,
+                "batch_size": 10,
+                "learning_rate": 0.5,
+                "dp": {"noise_multiplier": 1.0, "clipping_norm": 1.0},
+            },
+        }
+    )
+    setup = _setup(DpsgdSpec(section=section, seed=0, unit_size=20, base_dir="."))
+    assert setup.canary_row is not None
+    included = np.arange(20) % 2 == 1
+    membership = np.ones((20, setup.X.shape[0]), dtype=bool)
+    membership[:, setup.canary_row] = included
+    out = TRAINERS["dpsgd"](
+        setup.X,
+        setup.y,
+        membership,
+        seed=5,
+        canary=CanarySetup(
+            kind="clipbkd", threat_model="black-box", included=included, row=setup.canary_row
+        ),
+        settings=TrainerSettings(model=setup.model, training=setup.training, num_classes=2),
+    )
+    obs = out.observations
+    assert obs is not None
+    assert obs.per_model("dataset_size").tolist() == [60 + int(i) for i in included]
+    assert np.allclose(obs.per_model("sampling_rate"), 10 / obs.per_model("dataset_size"))
+    touched_by_canary = setup.X[setup.canary_row, -1] != 0
+    assert np.isnan(obs.untouched_noise[included]).all() == touched_by_canary
+    assert np.isfinite(obs.untouched_noise[~included]).all()
+    tests = {t.check: t for t in greybox_tests(obs)}
+    assert tests["greybox_batch_sizes"].details["groups"] == 2
+    assert tests["greybox_steps"].p_value == 1.0
+    assert tests["greybox_noise"].p_value is not None
+    assert tests["greybox_noise"].p_value >= 0.01
+    assert tests["greybox_batch_sizes"].p_value is not None
+    assert tests["greybox_batch_sizes"].p_value >= 0.01
