@@ -543,6 +543,8 @@ def _claim(runs: list[_Run], options: dict[str, Any]) -> Claim | None:
     """
     delta = options.get("delta", runs[0].claim_delta)
     if delta is None:
+        if options.get("epsilon") is not None:
+            raise ConfigError("A claimed 'epsilon' in [dpsgd] options needs its 'delta' there too.")
         return None
     delta = float(delta)
     per_model = []

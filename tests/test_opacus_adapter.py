@@ -304,3 +304,14 @@ def test_records_and_a_claim_are_held_together_the_smaller_deciding() -> None:
         assert (held.epsilon, held.mu, held.source) == (5.458, 1.429, "accountant")
     # A claim at a smaller δ holds at the audit's δ too ((ε, δ')-DP ⇒ (ε, δ)-DP, δ' ≤ δ).
     assert _tighter(accountant, _bound(4.0, 1e-7, None, "trainer claim")).epsilon == 4.0
+
+
+def test_a_claimed_epsilon_without_its_delta_is_an_error() -> None:
+    X, y = _data()
+    kwargs = _protocol(X, np.array([True]))
+    settings = kwargs["settings"]
+    kwargs["settings"] = TrainerSettings(
+        model=settings.model, training=settings.training, num_classes=2, options={"epsilon": 3.0}
+    )
+    with pytest.raises(ConfigError, match=r"claimed 'epsilon' in \[dpsgd\] options needs"):
+        opacus_trainer(_small_loop())(X, y, np.ones((1, X.shape[0]), bool), **kwargs)
