@@ -198,8 +198,15 @@ def _summary(result: AuditResult) -> None:
     if hidden:
         console.print(f"({hidden} informational bounds outside the verdict are in the report)")
     for check in result.checks:
-        status = "[green]pass[/]" if check.passed else "[bold red]FAIL[/]"
-        console.print(f"{status} {check.name}: {check.message}", highlight=False)
+        status = (
+            "[bold red]FAIL[/]"
+            if not check.passed
+            else "[yellow]not evaluated[/]"
+            if check.status == "not-evaluated"
+            else "[green]pass[/]"
+        )
+        # The message is text ("[gate] on_unmeasured", a user's label), not markup.
+        console.print(f"{status} {check.name}: {escape(check.message)}", highlight=False)
     for w in result.warnings:
         console.print(f"[yellow]warning[/]: {escape(w)}")
     colour = "green" if result.verdict == "pass" else "bold red"
