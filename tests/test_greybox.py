@@ -435,7 +435,7 @@ def test_engine_run_passes_the_greybox_checks(tmp_path: Path) -> None:
     for name in ("greybox_batch_sizes", "greybox_noise", "greybox_steps"):
         assert checks[name].status == "passed", checks[name].message
     # The engine's fused clipped sum exposes no per-example norms, and its clipping is
-    # tested directly (tests/test_training.py): no clipping check, and no warning about it.
+    # checked against Opacus (tests/test_training_opacus.py): no clipping check, no warning.
     assert "greybox_clipping" not in checks
     assert not [w for w in result.warnings if "greybox_clipping" in w]
     # Batch sizes and noise each take one share of the one budget, beside ε and μ.

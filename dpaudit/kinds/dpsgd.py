@@ -534,7 +534,7 @@ def _greybox_tests(
     tests = greybox_tests(obs)
     if s.trainer in _ENGINE_DPSGD:
         # dpaudit's own engine clips inside its fused step and does not report the
-        # clipped norms (its clipping is tested directly in tests/test_training.py): the
+        # clipped norms (its clipped steps match Opacus in tests/test_training_opacus.py): the
         # unobserved clipping check would only add a warning to every audit.
         tests = tuple(t for t in tests if not (t.check == "greybox_clipping" and t.p_value is None))
     return tests
