@@ -3,7 +3,10 @@
 Many runs: 2·``trials`` models are trained by the configured trainer on the same data,
 the odd-numbered ones with the canary, the even-numbered ones without; each model gives
 one score (black-box: minus the canary's loss on the final model; white-box: the sum over
-steps of the privatised update's projection on a Dirac gradient canary). The scores of
+steps of the log-likelihood ratio of each privatised update's projection on a Dirac
+gradient canary, the Neyman–Pearson test of the Poisson mixture (``score =
+"likelihood-ratio"``, :mod:`dpaudit.whitebox`), or the plain sum of the projections
+(``score = "sum"``)). The scores of
 the two arms are independent trials of H0 (canary out) and H1 (canary in), so the ε and
 μ lower bounds of :mod:`dpaudit.bounds` are ``rigorous-multi-run``. They are held against
 the upper bounds read from what the trainer says it RAN (its DPSGDRecords through the
@@ -11,7 +14,8 @@ accountant, or its Claim) by :mod:`dpaudit.upper_bounds`.
 
 One run: m Dirac canaries on m distinct coordinates that no real example's gradient
 touches, each included by an independent fair coin in ONE DP-SGD run; the auditor guesses
-"in" for the r/2 largest scores and "out" for the r/2 smallest, and the number of correct
+"in" for the r/2 largest scores (each canary's transcript scored as ``score`` says) and
+"out" for the r/2 smallest, and the number of correct
 guesses gives the one-run bound (Steinke, Nasr, Jagielski 2023, Thm. 3.1).
 
 Units store raw outputs only (scores, arm flags, records or claims); every bound is
