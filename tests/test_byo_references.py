@@ -35,6 +35,7 @@ from dpaudit.targets import (
     byo_units,
     load_byo_data,
     load_target,
+    preflight,
     reference_trainer,
 )
 
@@ -311,9 +312,8 @@ def test_clone_of_a_torch_target_names_the_alternative(world) -> None:
         "import torch\ndef net():\n    return torch.nn.Linear(5, 3)\n"
     )
     spec, _ = _spec(world, 'factory = "byo_ref_net:net"\nreferences = "clone"', name="n.toml")
-    _, target = _loaded(spec)
     with pytest.raises(ConfigError) as err:
-        reference_trainer(spec, target)
+        preflight(spec)  # before any work starts (dpaudit validate runs it too)
     assert str(err.value) == (
         "[target] references = 'clone' clones a scikit-learn estimator (sklearn.base.clone); "
         "the target is Linear. For a torch model give references = 'pkg.module:function', a "
