@@ -1,6 +1,7 @@
 """The tensor method (Wang, Lee, Lei 2023): its error against the batch size B and width m.
 
 Run:  .venv/bin/python benchmarks/reconstruction_tensor.py [--repeats 5] [--data digits]
+          [--dim 16] [--batch-sizes 1 2 4 8 16] [--widths 64 256 1024]
       .venv/bin/python benchmarks/reconstruction_tensor.py --part width [--trials 6]
 
 ``--part slopes`` (default): for B ∈ {1, 2, 4, 8, 16} and m ∈ {64, 256, 1024}, ``repeats``
@@ -53,14 +54,21 @@ def _batch(data: str, dim: int, batch_size: int, rng: np.random.Generator) -> tu
     return rng.normal(size=(batch_size, dim)), 3.0 * rng.normal(size=batch_size)
 
 
-def slopes(repeats: int, data: str, dim: int, seed: int) -> None:
+def slopes(
+    repeats: int,
+    data: str,
+    dim: int,
+    seed: int,
+    batch_sizes: tuple[int, ...] = BATCH_SIZES,
+    widths: tuple[int, ...] = WIDTHS,
+) -> None:
     d = 64 if data == "digits" else dim
     print(f"data = {data}, d = {d}, {repeats} batches per cell, load {os.getloadavg()}")
     print("| B | m | B√(d/m) | median sin∠ [95 % CI] | CPU s / decomposition |")
     print("|---|---|---|---|---|")
     cells = []
-    for m in WIDTHS:
-        for b in BATCH_SIZES:
+    for m in widths:
+        for b in batch_sizes:
             medians, cpu = [], 0.0
             for r in range(repeats):
                 rng = np.random.default_rng([seed, b, r])  # the same batches for every m
@@ -80,7 +88,10 @@ def slopes(repeats: int, data: str, dim: int, seed: int) -> None:
                 flush=True,
             )
     below = [c for c in cells if c[0] * math.sqrt(d / c[1]) <= 1.0]
-    for name, chosen in (("all 15 cells", cells), (f"B√(d/m) ≤ 1 ({len(below)} cells)", below)):
+    groups = ((f"all {len(cells)} cells", cells), (f"B√(d/m) ≤ 1 ({len(below)} cells)", below))
+    for name, chosen in groups:
+        if len({c[0] for c in chosen}) < 2 and len({c[1] for c in chosen}) < 2:
+            continue
         fit = fit_scaling(chosen, confidence_level=0.95, resamples=2000, seed=seed)
         sb, sbi = fit.slope_batch, fit.slope_batch_interval
         sm, smi = fit.slope_width, fit.slope_width_interval
@@ -120,12 +131,21 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--trials", type=int, default=6)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
+    parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.part == "width":
         width(args.trials)
     else:
-        slopes(args.repeats, args.data, args.dim, args.seed)
+        slopes(
+            args.repeats,
+            args.data,
+            args.dim,
+            args.seed,
+            tuple(args.batch_sizes),
+            tuple(args.widths),
+        )
 
 
 if __name__ == "__main__":
