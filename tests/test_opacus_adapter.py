@@ -315,3 +315,14 @@ def test_a_claimed_epsilon_without_its_delta_is_an_error() -> None:
     )
     with pytest.raises(ConfigError, match=r"claimed 'epsilon' in \[dpsgd\] options needs"):
         opacus_trainer(_small_loop())(X, y, np.ones((1, X.shape[0]), bool), **kwargs)
+
+
+def test_without_opacus_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from dpaudit.opacus_adapter import opacus_version
+
+    assert opacus_version() == __import__("opacus").__version__
+    monkeypatch.setitem(sys.modules, "opacus", None)  # import opacus now fails
+    with pytest.raises(ConfigError, match=r"needs Opacus: pip install 'dpaudit\[opacus\]'"):
+        opacus_version()
