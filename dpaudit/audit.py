@@ -294,6 +294,9 @@ class TrialCost:
     trials: tuple[int, int]
     wall: tuple[float, float]
     cpu: tuple[float, float]
+    #: The confidence level of each in-verdict bound in the calibration run (the file's c
+    #: shared over its comparisons): the level a plan for this file must use.
+    level_each: float = 0.95
 
     def _line(self, seconds: tuple[float, float], trials_per_arm: int) -> float:
         (n0, n1), (t0, t1) = self.trials, seconds
@@ -316,10 +319,10 @@ def measure_trial_cost(
     """Time the whole audit of one kind of ``config`` at two trial counts.
 
     After one untimed warm-up run, each calibration run is :func:`run_audit` end to end
-    (units, every bound, the gate) on the file with only that kind, its ``trials`` set to
-    the count and any one-run part (``[dpsgd.one_run]``) left out, in a temporary folder
-    that is removed afterwards; the line through the two timings is the cost of the
-    multi-run audit.
+    (units, every bound, the gate, results.json and the report) on the file with only that
+    kind, its ``trials`` set to the count and any one-run part (``[dpsgd.one_run]``) left
+    out, in a temporary folder that is removed afterwards; the line through the two
+    timings is the cost of the multi-run audit.
 
     Raises:
         DpauditError: the kind is not in the file or counts no trials.
@@ -333,7 +336,7 @@ def measure_trial_cost(
             f"kind {name!r} has no 'trials' to plan; planning times the kinds with trials "
             "(mechanism, dpsgd)"
         )
-    walls, cpus = [], []
+    walls, cpus, level = [], [], config.audit.confidence_level
     # The first run warms up (imports, data loading caches, allocator) and is not timed.
     for i, n in enumerate((trials[0], *trials)):
         update: dict[str, Any] = {"trials": n}
@@ -342,11 +345,12 @@ def measure_trial_cost(
         calibration = config.with_section(name, **update).only_kind(name)
         with tempfile.TemporaryDirectory(prefix="dpaudit-plan-") as tmp:
             w0, c0 = time.perf_counter(), time.process_time()
-            run_audit(calibration, output_dir=tmp, write=False)
+            result = run_audit(calibration, output_dir=tmp)  # report written, as a run does
+            level = float(result.provenance["verdict_budget"]["level_each"])
             if i:
                 walls.append(time.perf_counter() - w0)
                 cpus.append(time.process_time() - c0)
-    return TrialCost(name, trials, (walls[0], walls[1]), (cpus[0], cpus[1]))
+    return TrialCost(name, trials, (walls[0], walls[1]), (cpus[0], cpus[1]), level)
 
 
 def _allocate_budget(

@@ -36,6 +36,7 @@ from dpaudit.errors import DpauditError
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from dpaudit.audit import TrialCost
     from dpaudit.results import AuditResult
 
 EXIT_CODES_HELP = (
@@ -516,6 +517,11 @@ def plan_command(
         tradeoff: Literal["laplace", "gaussian", "perfect"] = (
             "perfect" if perfect else "gaussian" if mechanism_mu is not None else "laplace"
         )
+        cost = None if audit_file is None else _measure(audit_file, kind)
+        if cost is not None:
+            # The file's verdict shares its confidence over its comparisons: each bound is
+            # computed at that share, so the plan for the file is made at it too.
+            confidence_level = cost.level_each
         plan = plan_trials(
             target,
             delta,
@@ -526,7 +532,7 @@ def plan_command(
             parameter=parameter,  # type: ignore[arg-type]  # plan_trials checks the choice
             threshold=threshold,  # type: ignore[arg-type]  # plan_trials checks the choice
         )
-        timing = None if audit_file is None else _time_plan(audit_file, kind, plan.trials_per_arm)
+        timing = None if cost is None else _timing(cost, audit_file, plan.trials_per_arm)
     except DpauditError as exc:
         raise fail(str(exc)) from None
     if as_json:
@@ -541,6 +547,11 @@ def plan_command(
         markup=False,
     )
     if timing is not None:
+        console.print(
+            f"Planned at {plan.confidence_level:.4g}, the confidence level of each bound in "
+            f"the verdict of {timing['file']} (its confidence shared over its comparisons).",
+            markup=False,
+        )
         console.print(
             f"Expected time on this machine for {timing['kind']} ({timing['file']}): "
             f"{_duration(timing['wall_seconds'])} wall, "
@@ -557,17 +568,21 @@ def plan_command(
 _CALIBRATION = {"mechanism": (20_000, 100_000)}
 
 
-def _time_plan(path: Path, kind: str | None, trials_per_arm: int) -> dict[str, Any]:
+def _measure(path: Path, kind: str | None) -> TrialCost:
     from dpaudit.audit import measure_trial_cost
     from dpaudit.config import load_config
 
     config = load_config(path)
     name = kind or config.audit.kinds[0]
-    cost = measure_trial_cost(config, name, trials=_CALIBRATION.get(name, (32, 96)))
+    return measure_trial_cost(config, name, trials=_CALIBRATION.get(name, (32, 96)))
+
+
+def _timing(cost: TrialCost, path: Path | None, trials_per_arm: int) -> dict[str, Any]:
     return {
         "kind": cost.kind,
         "file": str(path),
         "trials_per_arm": trials_per_arm,
+        "level_each": cost.level_each,
         "wall_seconds": cost.wall_seconds(trials_per_arm),
         "cpu_seconds": cost.cpu_seconds(trials_per_arm),
         "calibration_trials": list(cost.trials),
