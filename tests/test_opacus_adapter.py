@@ -326,3 +326,41 @@ def test_without_opacus_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(sys.modules, "opacus", None)  # import opacus now fails
     with pytest.raises(ConfigError, match=r"needs Opacus: pip install 'dpaudit\[opacus\]'"):
         opacus_version()
+
+
+def test_virtual_steps_of_batch_memory_manager_are_one_step_each() -> None:
+    """Opacus' BatchMemoryManager splits a logical batch into physical ones and clips each;
+    the canary joins a logical step at most once and the noise closes the step."""
+    from opacus import PrivacyEngine
+    from opacus.utils.batch_memory_manager import BatchMemoryManager
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def train(X, y):
+        model = torch.nn.Linear(X.shape[1], 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        data = TensorDataset(torch.as_tensor(X), torch.as_tensor(y))
+        model, optimizer, loader = PrivacyEngine(accountant="rdp").make_private(
+            module=model,
+            optimizer=optimizer,
+            data_loader=DataLoader(data, batch_size=20),
+            noise_multiplier=0.0,
+            max_grad_norm=1.0,
+        )
+        for _ in range(2):
+            with BatchMemoryManager(
+                data_loader=loader, max_physical_batch_size=5, optimizer=optimizer
+            ) as batches:
+                for xb, yb in batches:
+                    optimizer.zero_grad()
+                    torch.nn.functional.cross_entropy(model(xb), yb).backward()
+                    optimizer.step()
+        return model
+
+    X, y = _data(n=80)
+    trainer = opacus_trainer(train)
+    out = trainer(X, y, np.ones((2, 80), bool), **_protocol(X, np.array([False, True])))
+    assert [r.steps for r in out.records] == [8, 8]  # 4 logical steps an epoch (q = 1/4)
+    # σ = 0: each logical step shows the canary once (exactly C) or not at all.
+    assert set(np.unique(trainer.transcripts).tolist()) <= {0.0, 1.0}
+    assert trainer.transcripts[0].sum() == 0.0
+    assert out.observations.batch_sizes.max() > 5  # logical batches, not physical ones
