@@ -81,7 +81,7 @@ def test_fit_scaling_interval_covers_the_true_slope() -> None:
     from scipy import stats
 
     rng = np.random.default_rng(5)
-    misses = 0
+    misses = misses_b = 0
     for _ in range(60):
         cells = [
             (b, m, 0.3 * b * m**-0.5 * np.exp(rng.normal(0, 0.3, 15)))
@@ -89,10 +89,13 @@ def test_fit_scaling_interval_covers_the_true_slope() -> None:
             for m in (64, 256, 1024)
         ]
         fit = fit_scaling(cells, confidence_level=0.9, resamples=200, seed=int(rng.integers(1e9)))
-        ci = fit.slope_width_interval
+        ci, ci_b = fit.slope_width_interval, fit.slope_batch_interval
         assert ci is not None
+        assert ci_b is not None
         misses += not ci.low <= -0.5 <= ci.high
+        misses_b += not ci_b.low <= 1.0 <= ci_b.high
     assert stats.binom.sf(misses - 1, 60, 0.1) > 1e-3, misses
+    assert stats.binom.sf(misses_b - 1, 60, 0.1) > 1e-3, misses_b
 
 
 def test_fit_scaling_needs_two_cells() -> None:
