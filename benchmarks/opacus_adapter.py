@@ -15,7 +15,13 @@ loop through the adapter, of the same loop without the adapter (plain script), a
 dpaudit's own engine on the same problem (568 rows, batch 142, so q = 1/4 exactly; 8
 steps; same model), next to wall time and the load average.
 
+Validity (``--validity R``): R disjoint audits of ``--validity-trials`` models per arm of
+the correct loop (both scores, the same levels); the number of audits with a lower bound
+above its upper bound must stay below the binomial ceiling binom.ppf(0.999, R, 0.05) (each
+audit's verdict fails with probability at most 1 − 0.95 on a correct loop).
+
 Run: .venv/bin/python benchmarks/opacus_adapter.py [--trials 1000] [--seed 0]
+     .venv/bin/python benchmarks/opacus_adapter.py --validity 400 [--validity-trials 16]
 """
 
 from __future__ import annotations
@@ -131,14 +137,72 @@ def _engine_cost(models: int, seed: int) -> tuple[float, float]:
     return (time.process_time() - cpu) / models, (time.perf_counter() - wall) / models
 
 
+def _validity(repeats: int, trials: int, seed: int) -> None:
+    from scipy import stats
+
+    from dpaudit.bounds import epsilon_lower_bound, mu_lower_bound
+    from dpaudit.upper_bounds import from_records
+    from dpaudit.whitebox import mixture_log_likelihood_ratio
+
+    x, included, records, _, cpu_model, _ = _adapter_runs(repeats * trials, seed)
+    r = records[0]
+    upper = from_records(records, 1e-5)
+    scores = {
+        "likelihood-ratio": mixture_log_likelihood_ratio(
+            x,
+            sampling_rate=r.sampling_rate,
+            noise_multiplier=r.noise_multiplier,
+            clipping_norm=r.clipping_norm,
+        ).sum(axis=1),
+        "sum": x.sum(axis=1),
+    }
+    ceiling = int(stats.binom.ppf(0.999, repeats, 0.05))
+    level = 1 - 0.05 / 2
+    for name, s in scores.items():
+        violations = 0
+        for a in range(repeats):
+            part = slice(2 * trials * a, 2 * trials * (a + 1))
+            neg, pos = s[part][~included[part]], s[part][included[part]]
+            eps = epsilon_lower_bound(
+                neg, pos, delta=1e-5, confidence_level=level, threshold="split", seed=a
+            )
+            mu = mu_lower_bound(neg, pos, confidence_level=level, threshold="split", seed=a)
+            violations += int(eps.value > upper.epsilon or mu.value > upper.mu)
+        print(
+            f"validity {name}: {violations} of {repeats} audits ({trials} models per arm) "
+            f"violate (ceiling {ceiling} = binom.ppf(0.999, {repeats}, 0.05))"
+        )
+    # The canary enters as the protocol says iff every step's privatised sum on its
+    # coordinate is N(0, σ²C²) without it and (1 − q)N(0, σ²C²) + qN(C, σ²C²) with it.
+    sd, q, shift = r.noise_multiplier * r.clipping_norm, r.sampling_rate, 1 / r.noise_multiplier
+    out_ks = stats.kstest(x[~included].ravel() / sd, "norm")
+    in_ks = stats.kstest(
+        x[included].ravel() / sd,
+        lambda z: (1 - q) * stats.norm.cdf(z) + q * stats.norm.cdf(z - shift),
+    )
+    print(
+        f"per-step sums, {x[~included].size} steps without / {x[included].size} with the "
+        f"canary: KS p = {out_ks.pvalue:.3g} against N(0, σ²C²), p = {in_ks.pvalue:.3g} "
+        "against (1 − q)N(0, σ²C²) + qN(C, σ²C²)"
+    )
+    print(f"adapter CPU {cpu_model * 1e3:.1f} ms/model over {2 * repeats * trials} runs")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cost-models", type=int, default=200)
+    parser.add_argument("--validity", type=int, default=0, help="repeated audits instead")
+    parser.add_argument("--validity-trials", type=int, default=16)
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
+    if args.validity:
+        print(f"load average before: {os.getloadavg()}")
+        _validity(args.validity, args.validity_trials, args.seed)
+        print(f"load average after: {os.getloadavg()}")
+        return
     from dpaudit.bounds import epsilon_lower_bound, mu_lower_bound
     from dpaudit.upper_bounds import from_records
     from dpaudit.whitebox import mixture_log_likelihood_ratio
