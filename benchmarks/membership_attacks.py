@@ -277,6 +277,8 @@ VARIANTS = (
     "lira-offline",
     "lira-online-global",
     "lira-offline-global",
+    "lira-online-shrunk",
+    "lira-offline-shrunk",
     "rmia",
     "rmia-offline",
 )

@@ -339,6 +339,8 @@ def test_registry_errors_list_valid_names() -> None:
         "lira-offline",
         "lira-online-global",
         "lira-offline-global",
+        "lira-online-shrunk",
+        "lira-offline-shrunk",
         "rmia-offline",
     }
 
@@ -368,6 +370,8 @@ def _fixed_reference_logits(K: int = 8, m: int = 12, n_z: int = 5) -> ReferenceL
         ("lira-offline", "offline", "per-example"),
         ("lira-online-global", "online", "global"),
         ("lira-offline-global", "offline", "global"),
+        ("lira-online-shrunk", "online", "shrunk"),
+        ("lira-offline-shrunk", "offline", "shrunk"),
     ],
 )
 def test_lira_variants_match_lira_scores_on_fixed_logits(name, variant, variance) -> None:
@@ -461,6 +465,7 @@ ALL_VARIANTS = [
     "lira-offline",
     "lira-online-global",
     "lira-offline-global",
+    "lira-online-shrunk",
 ]
 
 

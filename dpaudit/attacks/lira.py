@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, special, stats
 
 from dpaudit.attacks.base import check_int, logit_confidence
 from dpaudit.attacks.reference import (
@@ -16,7 +16,15 @@ from dpaudit.attacks.reference import (
 )
 from dpaudit.errors import check_choice
 
-__all__ = ["LIRA_VARIANTS", "LiraAttack", "balanced_halves", "lira_scores", "train_models"]
+__all__ = [
+    "LIRA_VARIANTS",
+    "LiraAttack",
+    "balanced_halves",
+    "lira_scores",
+    "prior_degrees_of_freedom",
+    "shrunk_variances",
+    "train_models",
+]
 
 # Carlini et al. (2022, ablation over the number of shadow models) find a single global
 # variance better than per-example variances when few reference models are available;
@@ -29,9 +37,9 @@ _AUTO_PER_EXAMPLE_FROM = 64
 _RELATIVE_SIGMA_FLOOR = 1e-2
 
 LiraVariant = Literal["online", "offline"]
-LiraVariance = Literal["per-example", "global"]
+LiraVariance = Literal["per-example", "global", "shrunk"]
 _VARIANTS: tuple[LiraVariant, ...] = ("online", "offline")
-_FITTED_VARIANCES: tuple[LiraVariance, ...] = ("per-example", "global")
+_FITTED_VARIANCES: tuple[LiraVariance, ...] = ("per-example", "global", "shrunk")
 _VARIANCES: tuple[LiraVariance | Literal["auto"], ...] = (*_FITTED_VARIANCES, "auto")
 
 
@@ -53,8 +61,9 @@ def lira_scores(
             log-likelihood ratio of Carlini et al. (2022) Algorithm 1; ``"offline"`` — the
             one-sided test on the "out" fit only, log P[Z ≤ φ] for Z ~ N(μ_out, σ_out²)
             (their offline attack; the log keeps the far tail ordered).
-        variance: ``"per-example"`` σ per row, or ``"global"`` one σ for all rows (pooled
-            within-row deviations), per hypothesis.
+        variance: ``"per-example"`` σ per row, ``"global"`` one σ for all rows (pooled
+            within-row deviations), or ``"shrunk"`` each row's variance shrunk toward the
+            global one (:func:`shrunk_variances`), per hypothesis.
 
     Returns:
         ``(T, m)`` float64 scores, larger meaning "member".
@@ -74,14 +83,112 @@ def _fit(phi: np.ndarray, mask: np.ndarray, variance: str) -> tuple[np.ndarray, 
     counts = mask.sum(axis=0)
     mean = np.where(mask, phi, 0.0).sum(axis=0) / np.maximum(counts, 1)
     dev2 = np.where(mask, (phi - mean) ** 2, 0.0)
+    dof = (counts - 1).clip(min=0)
     # Unbiased pooled variance: Σ over rows of within-row squares / Σ (n_i − 1).
-    pooled = np.sqrt(dev2.sum() / max(int((counts - 1).clip(min=0).sum()), 1))
+    pooled_var = dev2.sum() / max(int(dof.sum()), 1)
+    pooled = np.sqrt(pooled_var)
+    row_var = dev2.sum(axis=0) / np.maximum(dof, 1)
     if variance == "global":
         sd = np.full(mean.shape, pooled)
+    elif variance == "shrunk":
+        sd = np.sqrt(shrunk_variances(row_var, dof, prior_variance=float(pooled_var)))
     else:
-        sd = np.sqrt(dev2.sum(axis=0) / np.maximum(counts - 1, 1))
+        sd = np.sqrt(row_var)
     sd = np.maximum(sd, _RELATIVE_SIGMA_FLOOR * pooled + 1e-12)
     return mean, sd
+
+
+def prior_degrees_of_freedom(variances: np.ndarray, dof: np.ndarray) -> float:
+    """ν of a scaled inverse-χ² prior on the rows' variances, by the method of moments.
+
+    Model: row i's sample variance is s_i² ~ σ_i² χ²_{d_i} / d_i given its true σ_i², and
+    σ_i² ~ ν s₀² / χ²_ν across rows (the conjugate prior). Then
+    e_i = log s_i² − ψ(d_i/2) + log(d_i/2) has mean E[log σ²] and variance
+    ψ'(d_i/2) + ψ'(ν/2) (ψ the digamma function), whatever s₀². The moment estimate of
+    ψ'(ν/2) is the mean over rows of (e_i − ē)² · m/(m − 1) − ψ'(d_i/2) (unbiased when all
+    d_i are equal); ν solves ψ'(ν/2) = that estimate. When it is ≤ 0 the sample variances
+    spread no more than sampling alone explains: ν = ∞ (one common variance).
+
+    Only rows with d_i ≥ 1 and s_i² > 0 enter (a zero variance has no logarithm); with
+    fewer than 2 such rows ν = ∞.
+
+    Args:
+        variances: ``(m,)`` per-row sample variances s_i² (divisor d_i).
+        dof: ``(m,)`` their degrees of freedom d_i = n_i − 1.
+
+    Returns:
+        ν > 0, or ``inf``.
+
+    References:
+        Smyth (2004), "Linear models and empirical Bayes methods for assessing differential
+        expression in microarray experiments", Statistical Applications in Genetics and
+        Molecular Biology 3(1), Article 3, Section 6: the same hierarchical model and the
+        moment estimator of the prior degrees of freedom from log sample variances.
+    """
+    s2 = np.asarray(variances, dtype=np.float64)
+    d = np.asarray(dof, dtype=np.float64)
+    use = (d >= 1) & (s2 > 0)
+    m = int(use.sum())
+    if m < 2:
+        return float("inf")
+    s2, d = s2[use], d[use]
+    e = np.log(s2) - special.digamma(d / 2) + np.log(d / 2)
+    excess = float(
+        np.mean((e - e.mean()) ** 2) * m / (m - 1) - np.mean(special.polygamma(1, d / 2))
+    )
+    return 2.0 * _inverse_trigamma(excess) if excess > 0 else float("inf")
+
+
+def _inverse_trigamma(y: float) -> float:
+    """x > 0 with ψ'(x) = y (ψ' falls from ∞ to 0 on (0, ∞)); ``inf`` below ψ'(1e12)."""
+    low, high = 1e-8, 1e12
+    if y <= float(special.polygamma(1, high)):
+        return float("inf")
+    if y >= float(special.polygamma(1, low)):
+        return low
+    root = optimize.brentq(
+        lambda t: float(special.polygamma(1, np.exp(t))) - y,
+        np.log(low),
+        np.log(high),
+        xtol=1e-12,
+    )
+    return float(np.exp(root))
+
+
+def shrunk_variances(
+    variances: np.ndarray,
+    dof: np.ndarray,
+    *,
+    prior_variance: float,
+    prior_dof: float | None = None,
+) -> np.ndarray:
+    """Each row's variance shrunk toward ``prior_variance``: (ν s₀² + d_i s_i²) / (ν + d_i).
+
+    The posterior scale of σ_i² under the conjugate scaled inverse-χ²(ν, s₀²) prior after
+    d_i degrees of freedom of data with sample variance s_i²: the per-example variance when
+    d_i ≫ ν, the prior (global) one when d_i ≪ ν or ν = ∞.
+
+    Args:
+        variances: ``(m,)`` per-row sample variances s_i².
+        dof: ``(m,)`` their degrees of freedom d_i = n_i − 1 (0 gives s₀²).
+        prior_variance: s₀², here the pooled (global) variance of the same rows.
+        prior_dof: ν; ``None`` fits it by :func:`prior_degrees_of_freedom`.
+
+    Returns:
+        ``(m,)`` float64 variances.
+
+    References:
+        Brännvall (2026), "Exponential-Family Membership Inference: From LiRA and RMIA to
+        BaVarIA", arXiv 2603.11799v1 (abstract: conjugate normal–inverse-gamma priors
+        stabilise LiRA's per-example variances at few reference models); Smyth (2004),
+        Section 6 (the posterior variance and the fitted ν).
+    """
+    s2 = np.asarray(variances, dtype=np.float64)
+    d = np.asarray(dof, dtype=np.float64)
+    nu = prior_degrees_of_freedom(s2, d) if prior_dof is None else float(prior_dof)
+    if np.isinf(nu):
+        return np.full(s2.shape, float(prior_variance))
+    return (nu * prior_variance + d * s2) / (nu + d)
 
 
 class LiraAttack(ReferenceAttack):
@@ -96,8 +203,9 @@ class LiraAttack(ReferenceAttack):
     Args:
         num_reference_models: K ≥ 2 (online needs both halves non-empty).
         variant: ``"online"`` (likelihood ratio) or ``"offline"`` (out fit only).
-        variance: ``"per-example"``, ``"global"`` or ``"auto"`` (per-example from 64
-            reference models on, global below, following Carlini et al. 2022).
+        variance: ``"per-example"``, ``"global"``, ``"shrunk"`` (per-example shrunk toward
+            global, :func:`shrunk_variances`) or ``"auto"`` (per-example from 64 reference
+            models on, global below, following Carlini et al. 2022).
         include_population: also put the population rows into the reference pool.
 
     References:
@@ -148,11 +256,13 @@ class LiraAttack(ReferenceAttack):
         )
 
 
-#: The four LiRA variants by name: (online | offline) × (per-example | global variance).
+#: The LiRA variants by name: (online | offline) × (per-example | global | shrunk variance).
 #: "lira" itself stays the configurable attack (online, variance "auto").
 LIRA_VARIANTS: dict[str, dict[str, Any]] = {
     "lira-online": {"variant": "online", "variance": "per-example"},
     "lira-offline": {"variant": "offline", "variance": "per-example"},
     "lira-online-global": {"variant": "online", "variance": "global"},
     "lira-offline-global": {"variant": "offline", "variance": "global"},
+    "lira-online-shrunk": {"variant": "online", "variance": "shrunk"},
+    "lira-offline-shrunk": {"variant": "offline", "variance": "shrunk"},
 }

@@ -26,6 +26,8 @@ Attack names (``[membership] attacks``):
 - ``"lira-online"``, ``"lira-offline"``: LiRA with per-example variances, online (IN and
   OUT fits) or offline (OUT fit only); ``"lira-online-global"``,
   ``"lira-offline-global"``: the same with one global variance (Carlini et al. 2022);
+  ``"lira-online-shrunk"``, ``"lira-offline-shrunk"``: per-example variances shrunk
+  toward the global one by a conjugate prior whose strength is fitted across rows;
 - ``"rmia"``, ``"rmia-offline"``: RMIA (Zarifzadeh, Liu, Shokri 2024), online or offline
   with the linear approximation's ``rmia_offline_a``; ``rmia_gamma`` is its γ and
   ``rmia_population_samples`` the population rows z.
@@ -71,6 +73,8 @@ Attack = Literal[
     "lira-offline",
     "lira-online-global",
     "lira-offline-global",
+    "lira-online-shrunk",
+    "lira-offline-shrunk",
     "rmia",
     "rmia-offline",
 ]
@@ -81,6 +85,8 @@ REFERENCE_ATTACKS: tuple[Attack, ...] = (
     "lira-offline",
     "lira-online-global",
     "lira-offline-global",
+    "lira-online-shrunk",
+    "lira-offline-shrunk",
     "rmia",
     "rmia-offline",
 )
