@@ -31,7 +31,8 @@ Run:  .venv/bin/python benchmarks/membership_attacks.py [--seed 0] [--repeats 1]
    variant's seeds. CPU seconds (``time.process_time``, one torch thread), wall time and
    load average per cell.
 
-   .venv/bin/python benchmarks/membership_attacks.py --grid [--grid-seeds 5] [--grid-json F]
+   .venv/bin/python benchmarks/membership_attacks.py --grid [--grid-seeds 5] [--grid-first-seed 0]
+       [--grid-json F]
 """
 
 from __future__ import annotations
@@ -123,11 +124,15 @@ def main() -> None:
         action="store_true",
         help="only the seeds x datasets x K grid of every LiRA variant and RMIA (section 5)",
     )
-    parser.add_argument("--grid-seeds", type=int, default=5, help="seeds 0..N-1 of --grid")
+    parser.add_argument("--grid-seeds", type=int, default=5, help="N seeds of --grid")
+    parser.add_argument(
+        "--grid-first-seed", type=int, default=0, help="--grid's seeds start here (default 0)"
+    )
     parser.add_argument("--grid-json", default=None, help="write --grid's per-seed values here")
     args = parser.parse_args()
     if args.grid:
-        run_grid(seeds=range(args.grid_seeds), json_path=args.grid_json)
+        first = args.grid_first_seed
+        run_grid(seeds=range(first, first + args.grid_seeds), json_path=args.grid_json)
         return
     print(f"torch threads: {torch.get_num_threads()}")
     ds = load_dataset("statsmodels:fair", sensitive=SENSITIVE)
@@ -279,6 +284,8 @@ VARIANTS = (
     "lira-offline-global",
     "lira-online-shrunk",
     "lira-offline-shrunk",
+    "lira-online-shrunk-t",
+    "lira-offline-shrunk-t",
     "rmia",
     "rmia-offline",
 )

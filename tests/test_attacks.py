@@ -341,6 +341,8 @@ def test_registry_errors_list_valid_names() -> None:
         "lira-offline-global",
         "lira-online-shrunk",
         "lira-offline-shrunk",
+        "lira-online-shrunk-t",
+        "lira-offline-shrunk-t",
         "rmia-offline",
     }
 
@@ -372,6 +374,8 @@ def _fixed_reference_logits(K: int = 8, m: int = 12, n_z: int = 5) -> ReferenceL
         ("lira-offline-global", "offline", "global"),
         ("lira-online-shrunk", "online", "shrunk"),
         ("lira-offline-shrunk", "offline", "shrunk"),
+        ("lira-online-shrunk-t", "online", "shrunk-t"),
+        ("lira-offline-shrunk-t", "offline", "shrunk-t"),
     ],
 )
 def test_lira_variants_match_lira_scores_on_fixed_logits(name, variant, variance) -> None:

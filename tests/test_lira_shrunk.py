@@ -30,8 +30,10 @@ IN = np.array(
 TARGET = np.array([[0.25, 4.2, -1.05, 2.5], [0.05, -0.5, -0.7, 5.0]])
 
 
-def _hand_fit(column_values: list[list[float]]) -> tuple[list[float], list[float]]:
-    """Means and shrunk variances of rows given as plain lists, written out step by step."""
+def _hand_fit(
+    column_values: list[list[float]],
+) -> tuple[list[float], list[float], float, list[int]]:
+    """Means, shrunk variances, ν and d_i of rows given as plain lists, step by step."""
     means = [sum(v) / len(v) for v in column_values]
     ss = [sum((x - mu) ** 2 for x in v) for v, mu in zip(column_values, means, strict=True)]
     d = [len(v) - 1 for v in column_values]
@@ -53,7 +55,7 @@ def _hand_fit(column_values: list[list[float]]) -> tuple[list[float], list[float
     )
     nu = 2 * math.exp(log_x)
     shrunk = [(nu * pooled + k * v) / (nu + k) for v, k in zip(s2, d, strict=True)]
-    return means, shrunk
+    return means, shrunk, nu, d
 
 
 def _log_normal_pdf(x: float, mu: float, var: float) -> float:
@@ -62,8 +64,8 @@ def _log_normal_pdf(x: float, mu: float, var: float) -> float:
 
 def test_shrunk_lira_matches_a_hand_computation_on_fixed_arrays() -> None:
     rows = range(PHI.shape[1])
-    mu_in, var_in = _hand_fit([[PHI[k, i] for k in range(6) if IN[k, i]] for i in rows])
-    mu_out, var_out = _hand_fit([[PHI[k, i] for k in range(6) if not IN[k, i]] for i in rows])
+    mu_in, var_in, _, _ = _hand_fit([[PHI[k, i] for k in range(6) if IN[k, i]] for i in rows])
+    mu_out, var_out, _, _ = _hand_fit([[PHI[k, i] for k in range(6) if not IN[k, i]] for i in rows])
     online = [
         [
             _log_normal_pdf(TARGET[t, i], mu_in[i], var_in[i])
@@ -84,6 +86,53 @@ def test_shrunk_lira_matches_a_hand_computation_on_fixed_arrays() -> None:
     )
     np.testing.assert_allclose(
         lira_scores(TARGET, PHI, IN, variant="offline", variance="shrunk"), offline, rtol=1e-9
+    )
+
+
+def _log_t_pdf(x: float, df: float, loc: float, scale2: float) -> float:
+    z2 = (x - loc) ** 2 / scale2
+    return (
+        math.lgamma((df + 1) / 2)
+        - math.lgamma(df / 2)
+        - 0.5 * math.log(df * math.pi * scale2)
+        - (df + 1) / 2 * math.log1p(z2 / df)
+    )
+
+
+def _log_t_cdf(x: float, df: float, loc: float, scale2: float) -> float:
+    # P[T ≤ t] = ½ I_{df/(df+t²)}(df/2, ½) for t ≤ 0, by symmetry 1 − that for t > 0.
+    t = (x - loc) / math.sqrt(scale2)
+    tail = 0.5 * special.betainc(df / 2, 0.5, df / (df + t * t))
+    return math.log(tail if t <= 0 else 1 - tail)
+
+
+def test_shrunk_t_lira_matches_a_hand_computation_on_fixed_arrays() -> None:
+    # Student-t predictive: ν + d_i degrees of freedom, scale² σ̃_i² (1 + 1/n_i).
+    rows = range(PHI.shape[1])
+    fits = [
+        _hand_fit([[PHI[k, i] for k in range(6) if IN[k, i] == arm] for i in rows])
+        for arm in (True, False)
+    ]
+    (mu_in, var_in, nu_in, d_in), (mu_out, var_out, nu_out, d_out) = fits
+    t_in = [(nu_in + d_in[i], var_in[i] * (1 + 1 / (d_in[i] + 1))) for i in rows]
+    t_out = [(nu_out + d_out[i], var_out[i] * (1 + 1 / (d_out[i] + 1))) for i in rows]
+    online = [
+        [
+            _log_t_pdf(TARGET[t, i], t_in[i][0], mu_in[i], t_in[i][1])
+            - _log_t_pdf(TARGET[t, i], t_out[i][0], mu_out[i], t_out[i][1])
+            for i in rows
+        ]
+        for t in range(2)
+    ]
+    offline = [
+        [_log_t_cdf(TARGET[t, i], t_out[i][0], mu_out[i], t_out[i][1]) for i in rows]
+        for t in range(2)
+    ]
+    np.testing.assert_allclose(
+        lira_scores(TARGET, PHI, IN, variant="online", variance="shrunk-t"), online, rtol=1e-9
+    )
+    np.testing.assert_allclose(
+        lira_scores(TARGET, PHI, IN, variant="offline", variance="shrunk-t"), offline, rtol=1e-9
     )
 
 
@@ -118,6 +167,14 @@ def test_equal_row_variances_give_the_global_variance_exactly() -> None:
         lira_scores(target, phi, keep, variance="shrunk"),
         lira_scores(target, phi, keep, variance="global"),
     )
+    # ... and "shrunk-t" with ν = ∞ is the Gaussian predictive: N(mean, s² (1 + 1/3)) with
+    # s² = 1 (the deviations −1, 0, 1 of every row and hypothesis).
+    var = 1.0 * (1 + 1 / 3)
+    mu_in, mu_out = np.array([2.0, 5.0]), np.array([-3.0, 0.0])
+    expected = ((target - mu_out) ** 2 - (target - mu_in) ** 2) / (2 * var)
+    np.testing.assert_allclose(
+        lira_scores(target, phi, keep, variance="shrunk-t"), expected, rtol=1e-12
+    )
     # Fewer than two usable rows: nothing to fit ν from.
     assert prior_degrees_of_freedom(np.array([2.0, 0.0]), np.array([3, 3])) == math.inf
     assert prior_degrees_of_freedom(np.array([2.0, 5.0]), np.array([3, 0])) == math.inf
@@ -142,13 +199,18 @@ def test_named_shrunk_variants_are_lira_scores() -> None:
         z_in=np.zeros((k, 2), dtype=bool),
         y_z=rng.integers(0, 3, 2),
     )
-    for name, variant in (("lira-online-shrunk", "online"), ("lira-offline-shrunk", "offline")):
+    for name, variant, variance in (
+        ("lira-online-shrunk", "online", "shrunk"),
+        ("lira-offline-shrunk", "offline", "shrunk"),
+        ("lira-online-shrunk-t", "online", "shrunk-t"),
+        ("lira-offline-shrunk-t", "offline", "shrunk-t"),
+    ):
         expected = lira_scores(
             logit_confidence(refs.target_x, refs.y),
             logit_confidence(refs.reference_x, refs.y),
             refs.reference_in,
             variant=variant,  # type: ignore[arg-type]
-            variance="shrunk",
+            variance=variance,  # type: ignore[arg-type]
         )
         np.testing.assert_array_equal(
             get_attack(name, num_reference_models=k).score_from(refs), expected

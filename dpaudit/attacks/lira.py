@@ -37,9 +37,9 @@ _AUTO_PER_EXAMPLE_FROM = 64
 _RELATIVE_SIGMA_FLOOR = 1e-2
 
 LiraVariant = Literal["online", "offline"]
-LiraVariance = Literal["per-example", "global", "shrunk"]
+LiraVariance = Literal["per-example", "global", "shrunk", "shrunk-t"]
 _VARIANTS: tuple[LiraVariant, ...] = ("online", "offline")
-_FITTED_VARIANCES: tuple[LiraVariance, ...] = ("per-example", "global", "shrunk")
+_FITTED_VARIANCES: tuple[LiraVariance, ...] = ("per-example", "global", "shrunk", "shrunk-t")
 _VARIANCES: tuple[LiraVariance | Literal["auto"], ...] = (*_FITTED_VARIANCES, "auto")
 
 
@@ -62,24 +62,46 @@ def lira_scores(
             one-sided test on the "out" fit only, log P[Z ≤ φ] for Z ~ N(μ_out, σ_out²)
             (their offline attack; the log keeps the far tail ordered).
         variance: ``"per-example"`` σ per row, ``"global"`` one σ for all rows (pooled
-            within-row deviations), or ``"shrunk"`` each row's variance shrunk toward the
-            global one (:func:`shrunk_variances`), per hypothesis.
+            within-row deviations), ``"shrunk"`` each row's variance shrunk toward the
+            global one (:func:`shrunk_variances`), per hypothesis; ``"shrunk-t"`` the same
+            prior with the Student-t posterior predictive in place of the Gaussian: φ of a
+            new model ~ t_{ν+d_i}(mean_i, σ̃_i² (1 + 1/n_i)) (the mean's uncertainty under a
+            flat prior on it, and heavier tails when few models fit σ̃_i).
 
     Returns:
         ``(T, m)`` float64 scores, larger meaning "member".
     """
     check_choice("variant", variant, _VARIANTS)
     check_choice("variance", variance, _FITTED_VARIANCES)
-    mu_out, sd_out = _fit(reference_phi, ~reference_in, variance)
+    mu_out, sd_out, df_out = _fit(reference_phi, ~reference_in, variance)
     if variant == "offline":
-        return stats.norm.logcdf(target_phi, loc=mu_out, scale=sd_out)
-    mu_in, sd_in = _fit(reference_phi, reference_in, variance)
-    return stats.norm.logpdf(target_phi, loc=mu_in, scale=sd_in) - stats.norm.logpdf(
-        target_phi, loc=mu_out, scale=sd_out
-    )
+        return _log_cdf(target_phi, mu_out, sd_out, df_out)
+    mu_in, sd_in, df_in = _fit(reference_phi, reference_in, variance)
+    return _log_pdf(target_phi, mu_in, sd_in, df_in) - _log_pdf(target_phi, mu_out, sd_out, df_out)
 
 
-def _fit(phi: np.ndarray, mask: np.ndarray, variance: str) -> tuple[np.ndarray, np.ndarray]:
+def _log_pdf(x: np.ndarray, loc: np.ndarray, scale: np.ndarray, df: np.ndarray) -> np.ndarray:
+    """log density of N(loc, scale²) where df = ∞, of loc + scale·t_df elsewhere."""
+    normal = stats.norm.logpdf(x, loc=loc, scale=scale)
+    if np.all(np.isinf(df)):
+        return normal
+    student = stats.t.logpdf(x, np.where(np.isinf(df), 1.0, df), loc=loc, scale=scale)
+    return np.where(np.isinf(df), normal, student)
+
+
+def _log_cdf(x: np.ndarray, loc: np.ndarray, scale: np.ndarray, df: np.ndarray) -> np.ndarray:
+    """log P[Z ≤ x] for the distribution of :func:`_log_pdf`."""
+    normal = stats.norm.logcdf(x, loc=loc, scale=scale)
+    if np.all(np.isinf(df)):
+        return normal
+    student = stats.t.logcdf(x, np.where(np.isinf(df), 1.0, df), loc=loc, scale=scale)
+    return np.where(np.isinf(df), normal, student)
+
+
+def _fit(
+    phi: np.ndarray, mask: np.ndarray, variance: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-row location, scale and degrees of freedom (∞: Gaussian) of one hypothesis."""
     counts = mask.sum(axis=0)
     mean = np.where(mask, phi, 0.0).sum(axis=0) / np.maximum(counts, 1)
     dev2 = np.where(mask, (phi - mean) ** 2, 0.0)
@@ -88,14 +110,24 @@ def _fit(phi: np.ndarray, mask: np.ndarray, variance: str) -> tuple[np.ndarray, 
     pooled_var = dev2.sum() / max(int(dof.sum()), 1)
     pooled = np.sqrt(pooled_var)
     row_var = dev2.sum(axis=0) / np.maximum(dof, 1)
+    df = np.full(mean.shape, np.inf)
     if variance == "global":
         sd = np.full(mean.shape, pooled)
-    elif variance == "shrunk":
-        sd = np.sqrt(shrunk_variances(row_var, dof, prior_variance=float(pooled_var)))
+    elif variance in ("shrunk", "shrunk-t"):
+        nu = prior_degrees_of_freedom(row_var, dof)
+        var = shrunk_variances(row_var, dof, prior_variance=float(pooled_var), prior_dof=nu)
+        if variance == "shrunk-t":
+            # Posterior predictive of a new draw under the conjugate prior with a flat prior
+            # on the mean: Student-t, ν + d_i degrees of freedom, scale² σ̃_i² (1 + 1/n_i)
+            # (Gelman et al., Bayesian Data Analysis, 3rd ed., Section 3.3); ν = ∞ leaves a
+            # Gaussian with the same widened scale.
+            var = var * (1.0 + 1.0 / np.maximum(counts, 1))
+            df = nu + dof.astype(np.float64)
+        sd = np.sqrt(var)
     else:
         sd = np.sqrt(row_var)
     sd = np.maximum(sd, _RELATIVE_SIGMA_FLOOR * pooled + 1e-12)
-    return mean, sd
+    return mean, sd, df
 
 
 def prior_degrees_of_freedom(variances: np.ndarray, dof: np.ndarray) -> float:
@@ -204,7 +236,8 @@ class LiraAttack(ReferenceAttack):
         num_reference_models: K ≥ 2 (online needs both halves non-empty).
         variant: ``"online"`` (likelihood ratio) or ``"offline"`` (out fit only).
         variance: ``"per-example"``, ``"global"``, ``"shrunk"`` (per-example shrunk toward
-            global, :func:`shrunk_variances`) or ``"auto"`` (per-example from 64 reference
+            global, :func:`shrunk_variances`), ``"shrunk-t"`` (the same prior, Student-t
+            predictive: :func:`lira_scores`) or ``"auto"`` (per-example from 64 reference
             models on, global below, following Carlini et al. 2022).
         include_population: also put the population rows into the reference pool.
 
@@ -265,4 +298,6 @@ LIRA_VARIANTS: dict[str, dict[str, Any]] = {
     "lira-offline-global": {"variant": "offline", "variance": "global"},
     "lira-online-shrunk": {"variant": "online", "variance": "shrunk"},
     "lira-offline-shrunk": {"variant": "offline", "variance": "shrunk"},
+    "lira-online-shrunk-t": {"variant": "online", "variance": "shrunk-t"},
+    "lira-offline-shrunk-t": {"variant": "offline", "variance": "shrunk-t"},
 }

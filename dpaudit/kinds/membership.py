@@ -28,6 +28,8 @@ Attack names (``[membership] attacks``):
   ``"lira-offline-global"``: the same with one global variance (Carlini et al. 2022);
   ``"lira-online-shrunk"``, ``"lira-offline-shrunk"``: per-example variances shrunk
   toward the global one by a conjugate prior whose strength is fitted across rows;
+  ``"lira-online-shrunk-t"``, ``"lira-offline-shrunk-t"``: the same prior with the
+  Student-t posterior predictive in place of the Gaussian;
 - ``"rmia"``, ``"rmia-offline"``: RMIA (Zarifzadeh, Liu, Shokri 2024), online or offline
   with the linear approximation's ``rmia_offline_a``; ``rmia_gamma`` is its γ and
   ``rmia_population_samples`` the population rows z.
@@ -75,6 +77,8 @@ Attack = Literal[
     "lira-offline-global",
     "lira-online-shrunk",
     "lira-offline-shrunk",
+    "lira-online-shrunk-t",
+    "lira-offline-shrunk-t",
     "rmia",
     "rmia-offline",
 ]
@@ -87,6 +91,8 @@ REFERENCE_ATTACKS: tuple[Attack, ...] = (
     "lira-offline-global",
     "lira-online-shrunk",
     "lira-offline-shrunk",
+    "lira-online-shrunk-t",
+    "lira-offline-shrunk-t",
     "rmia",
     "rmia-offline",
 )
