@@ -9,6 +9,9 @@ Named variants (:data:`ATTACK_VARIANTS`) are registered attacks with fixed optio
 - ``"lira-online"``, ``"lira-offline"``: LiRA with per-example variances, online
   (likelihood ratio of the IN and OUT fits) or offline (OUT fit only);
 - ``"lira-online-global"``, ``"lira-offline-global"``: the same with one global variance;
+- ``"lira-online-shrunk"``, ``"lira-offline-shrunk"`` (and ``-shrunk-t``): per-example
+  variances shrunk toward the global one by a conjugate prior fitted across rows
+  (Gaussian, or Student-t predictive);
 - ``"rmia-offline"``: RMIA with OUT models only (``"rmia"`` itself is online).
 
 LiRA's variants and RMIA read the same reference models:
