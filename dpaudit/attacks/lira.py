@@ -82,19 +82,22 @@ def lira_scores(
 
 def _log_pdf(x: np.ndarray, loc: np.ndarray, scale: np.ndarray, df: np.ndarray) -> np.ndarray:
     """log density of N(loc, scale²) where df = ∞, of loc + scale·t_df elsewhere."""
-    normal = stats.norm.logpdf(x, loc=loc, scale=scale)
-    if np.all(np.isinf(df)):
-        return normal
-    student = stats.t.logpdf(x, np.where(np.isinf(df), 1.0, df), loc=loc, scale=scale)
-    return np.where(np.isinf(df), normal, student)
+    return _log_of("logpdf", x, loc, scale, df)
 
 
 def _log_cdf(x: np.ndarray, loc: np.ndarray, scale: np.ndarray, df: np.ndarray) -> np.ndarray:
     """log P[Z ≤ x] for the distribution of :func:`_log_pdf`."""
-    normal = stats.norm.logcdf(x, loc=loc, scale=scale)
+    return _log_of("logcdf", x, loc, scale, df)
+
+
+def _log_of(
+    method: str, x: np.ndarray, loc: np.ndarray, scale: np.ndarray, df: np.ndarray
+) -> np.ndarray:
+    """``method`` ("logpdf" or "logcdf") of the normal where df = ∞, of Student's t elsewhere."""
+    normal = getattr(stats.norm, method)(x, loc=loc, scale=scale)
     if np.all(np.isinf(df)):
         return normal
-    student = stats.t.logcdf(x, np.where(np.isinf(df), 1.0, df), loc=loc, scale=scale)
+    student = getattr(stats.t, method)(x, np.where(np.isinf(df), 1.0, df), loc=loc, scale=scale)
     return np.where(np.isinf(df), normal, student)
 
 
