@@ -81,7 +81,14 @@ __all__ = [
 _STREAM_DPSGD = 2
 #: The trainers of :data:`dpaudit.trainers.TRAINERS` (kept here so that validating an
 #: audit file needs no torch; a test checks the two agree).
-BUILTIN_TRAINERS = ("dpsgd", "dpgd", "output-perturbation", "multiparty", "plain")
+BUILTIN_TRAINERS = (
+    "dpsgd",
+    "dpgd",
+    "output-perturbation",
+    "multiparty",
+    "multiparty-gradient",
+    "plain",
+)
 _ENGINE_TRAINERS = ("dpsgd", "dpgd")
 _ONE_RUN_UNIT = "dpsgd-one-run"
 
@@ -512,7 +519,7 @@ def _ran_arrays(out: TrainerOutput) -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------------- grey-box checks
 
 #: Built-in trainers that run no DP-SGD: the grey-box checks do not apply to them.
-_NOT_DPSGD = ("output-perturbation", "multiparty", "plain")
+_NOT_DPSGD = ("output-perturbation", "multiparty", "multiparty-gradient", "plain")
 #: dpaudit's own DP-SGD trainers (the engine).
 _ENGINE_DPSGD = ("dpsgd", "dpgd")
 
