@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dpaudit.errors import ConfigError
-from dpaudit.kinds import attribute, dpsgd, mechanism, membership, reconstruction
+from dpaudit.kinds import attribute, dpsgd, local_central, mechanism, membership, reconstruction
 from dpaudit.kinds.base import AuditKind
 
 _REGISTRY: dict[str, AuditKind[Any]] = {}
@@ -44,5 +44,6 @@ register_kind(membership.KIND)
 register_kind(attribute.KIND)
 register_kind(dpsgd.KIND)
 register_kind(reconstruction.KIND)
+register_kind(local_central.KIND)
 
 __all__ = ["AuditKind", "get_kind", "kind_names", "register_kind"]

@@ -17,6 +17,7 @@ import jinja2
 from markupsafe import Markup
 
 from dpaudit.report import plots
+from dpaudit.report.local_central_plots import local_central_section
 from dpaudit.report.reconstruction_plots import reconstruction_section
 
 __all__ = ["render_report"]
@@ -359,6 +360,7 @@ def render_report(results: dict[str, Any]) -> str:
             provenance=results.get("provenance") or {},
             # A kind's own section: present only when its tests carry its details.
             rec=reconstruction_section(results),
+            lc=local_central_section(results),
         )
     )
     # No URL at all in the file, even from user text (a comment in the audit file, a
