@@ -54,6 +54,7 @@ from dpaudit.stats import ConfidenceInterval, check_confidence_level, clopper_pe
 from dpaudit.tradeoff import MembershipMetrics, membership_metrics
 
 if TYPE_CHECKING:
+    from dpaudit.input_perturbation import InputPerturbation
     from dpaudit.models import ModelSpec
     from dpaudit.records import DPSGDRecord
     from dpaudit.training import TrainingSpec, TrainResult
@@ -104,6 +105,8 @@ class AuditedTarget:
         record: what DP-SGD actually ran, or ``None`` for non-private training.
         model: the architecture; training: the recipe; seed: the seed.
         seconds: training time.
+        perturbation: for the input-perturbation variant, the randomisers' parameters as
+            they ran (:func:`dpaudit.input_perturbation.randomise`); else ``None``.
     """
 
     dataset: Dataset
@@ -116,6 +119,7 @@ class AuditedTarget:
     training: TrainingSpec
     seed: int
     seconds: float
+    perturbation: dict[str, Any] | None = None
 
     @property
     def audited_X(self) -> np.ndarray:
@@ -172,8 +176,14 @@ def prepare_target(
     seed: int,
     device: str = "cpu",
     progress: Callable[[int, int], None] | None = None,
+    input_perturbation: InputPerturbation | None = None,
 ) -> AuditedTarget:
     """Draw the audited pool, toss a fair coin per row, and train the target on the winners.
+
+    With ``input_perturbation`` the game is replace-one (see
+    :mod:`dpaudit.input_perturbation`): every audited slot holds its row when the coin
+    says "member", else a substitute population row drawn for that slot independently of
+    the coins; the m slots are randomised once and the target trains on all of them.
 
     Args:
         dataset: an encoded (not yet standardised) dataset.
@@ -184,6 +194,7 @@ def prepare_target(
         seed: seed of the split, the coins and the training.
         device: torch device.
         progress: ``(done, total)`` callback passed to the training engine.
+        input_perturbation: the local randomisers, or ``None`` (train on the rows as they are).
 
     Raises:
         DataError: the dataset is too small, or no audited row won its coin.
@@ -211,10 +222,17 @@ def prepare_target(
         raise DataError("No audited row won its coin; use a larger 'audited_size'.")
     X = split.dataset.X[split.train]
     y = split.dataset.y[split.train]
+    mask = coins[None, :]
+    perturbation = None
+    if input_perturbation is not None:
+        X, y, perturbation = _randomised_slots(
+            split.dataset, split.train, split.population, coins, input_perturbation, seed=seed
+        )
+        mask = np.ones_like(mask)
     result: TrainResult = train_many(
         X,
         y,
-        coins[None, :],
+        mask,
         model=model,
         training=training,
         seed=int(np.random.SeedSequence([seed, 0x7A6]).generate_state(1)[0]),
@@ -235,7 +253,42 @@ def prepare_target(
         training=training,
         seed=seed,
         seconds=float(result.seconds),
+        perturbation=perturbation,
     )
+
+
+def _randomised_slots(
+    dataset: Dataset,
+    audited: np.ndarray,
+    population: np.ndarray,
+    coins: np.ndarray,
+    spec: InputPerturbation,
+    *,
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """The m training slots of the input-perturbation target, randomised.
+
+    Slot i holds audited row i if its coin is heads, else its substitute: population
+    rows drawn for the slots from their own seed, before and whatever the coins are
+    (with replacement when the population is smaller than m), so flipping one coin is a
+    replace-one change of one slot.
+    """
+    from dpaudit.input_perturbation import randomise
+
+    if population.size == 0:
+        raise DataError(
+            "The input-perturbation target needs population rows to stand in for non-members "
+            "(population_size >= 1)."
+        )
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5B5]))
+    m = audited.size
+    substitutes = rng.choice(population, size=m, replace=population.size < m)
+    rows = np.where(coins, audited, substitutes)
+    out = randomise(
+        dataset.X[rows], dataset.y[rows], num_classes=dataset.num_classes, spec=spec, seed=seed
+    )
+    parameters = dict(out.parameters, substitutes=int((~coins).sum()), game="replace-one")
+    return out.X.astype(dataset.X.dtype, copy=False), out.y, parameters
 
 
 def _accountant_epsilon(record: DPSGDRecord | None, delta: float) -> float | None:

@@ -158,11 +158,57 @@ def target_format_from_suffix(path: str) -> str | None:
     return None
 
 
+class InputPerturbationSection(Table):
+    """``[target.input_perturbation]``: the local randomisers of the ``input-perturbation``
+    target (see :mod:`dpaudit.input_perturbation` for the guarantee and its claim).
+
+    ``features`` (``"laplace"``, ``"gaussian"`` or ``"none"``) perturbs every feature
+    after clipping it to [−``bound``, ``bound``] (standardised units); ``labels``
+    (``"k-rr"`` or ``"none"``) randomises the label by k-ary randomised response.
+    ``epsilon`` is one record's ε; with both randomisers ``label_share`` of it goes to
+    the label. ``delta`` is the Gaussian randomiser's δ (required for it, refused for the
+    others).
+    """
+
+    features: Literal["laplace", "gaussian", "none"]
+    labels: Literal["k-rr", "none"]
+    epsilon: Positive
+    label_share: Probability = 0.5
+    bound: Positive = 2.0
+    delta: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None
+
+    @model_validator(mode="after")
+    def _randomisers_fit(self) -> InputPerturbationSection:
+        if self.features == "none" and self.labels == "none":
+            raise ValueError(
+                "[target.input_perturbation] randomises nothing (features = 'none' and "
+                "labels = 'none'); use the 'plain' variant"
+            )
+        if self.features == "gaussian" and self.delta is None:
+            raise ValueError(
+                "[target.input_perturbation] features = 'gaussian' needs 'delta' (the "
+                "Gaussian randomiser is calibrated to (epsilon, delta))"
+            )
+        if self.features != "gaussian" and self.delta is not None:
+            raise ValueError(
+                f"[target.input_perturbation] 'delta' is used only by features = 'gaussian'; "
+                f"got features = {self.features!r}"
+            )
+        if "label_share" in self.model_fields_set and "none" in (self.features, self.labels):
+            raise ValueError(
+                "[target.input_perturbation] 'label_share' splits epsilon between features "
+                "and labels; it needs both randomised"
+            )
+        return self
+
+
 class TargetSection(Table):
     """The audited target: trained by dpaudit (``variants``) or brought by the user.
 
     dpaudit trains its own targets unless ``path``, ``factory`` or ``scores`` is given:
-    ``plain`` ignores ``[training.dp]``, ``dp`` uses it. A target of your own is
+    ``plain`` ignores ``[training.dp]``, ``dp`` uses it, ``input-perturbation`` randomises
+    each training record once with the local randomisers of ``[target.input_perturbation]``
+    (:class:`InputPerturbationSection`) and trains plainly. A target of your own is
 
     - a model file ``path`` (relative to the audit file) in ``format`` (default: from the
       suffix; see :data:`TARGET_FORMATS`): safetensors weights of the ``[model]``
@@ -195,7 +241,10 @@ class TargetSection(Table):
     features.
     """
 
-    variants: Annotated[list[Literal["plain", "dp"]], Field(min_length=1)] | None = None
+    variants: (
+        Annotated[list[Literal["plain", "dp", "input-perturbation"]], Field(min_length=1)] | None
+    ) = None
+    input_perturbation: InputPerturbationSection | None = None
     path: Annotated[str, Field(min_length=1)] | None = None
     format: (
         Literal["safetensors", "torch-export", "torchscript", "skops", "onnx", "pickle"] | None
@@ -240,7 +289,21 @@ class TargetSection(Table):
         if self.path is not None:
             self._check_model_file()
         self._check_references()
+        self._check_input_perturbation()
         return self
+
+    def _check_input_perturbation(self) -> None:
+        listed = self.variants is not None and "input-perturbation" in self.variants
+        if listed and self.input_perturbation is None:
+            raise ValueError(
+                "[target] variants lists 'input-perturbation' but [target.input_perturbation] "
+                "is missing (features, labels, epsilon)"
+            )
+        if self.input_perturbation is not None and not listed:
+            raise ValueError(
+                "[target.input_perturbation] is given but [target] variants does not list "
+                "'input-perturbation'"
+            )
 
     def _check_references(self) -> None:
         r = self.references

@@ -3,6 +3,11 @@
 Both kinds train the same target from the shared tables (``[data]``, ``[model]``,
 ``[training]``, ``[target] variants``) and the audit seed, deterministically, so each
 kind's units can train it on their own and still attack the very same model.
+
+The variants: ``plain``; ``dp`` (DP-SGD, held against the accountant's ε of its record);
+``input-perturbation`` (each record randomised once by local randomisers, then plain
+training; held against the claim of :mod:`dpaudit.input_perturbation`, which states the
+guarantee and why the membership game is then played as replace-one).
 """
 
 from __future__ import annotations
@@ -13,14 +18,25 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpaudit.kinds.base import dataset_digest
-from dpaudit.sections import DataSection, ModelSection, Table, TargetSection, TrainingSection
+from dpaudit.sections import (
+    DataSection,
+    InputPerturbationSection,
+    ModelSection,
+    Table,
+    TargetSection,
+    TrainingSection,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from dpaudit.data import Dataset
+    from dpaudit.input_perturbation import InputPerturbation
     from dpaudit.membership import AuditedTarget
     from dpaudit.records import DPSGDRecord
+    from dpaudit.upper_bounds import UpperBound
+
+INPUT_PERTURBATION = "input-perturbation"
 
 
 class TargetSpec(Table):
@@ -32,6 +48,7 @@ class TargetSpec(Table):
     seed: int
     base_dir: str
     device: str = "cpu"
+    input_perturbation: InputPerturbationSection | None = None
 
 
 def variants(target: TargetSection, training: TrainingSection) -> list[str]:
@@ -69,6 +86,11 @@ def train(spec: TargetSpec, variant: str, dataset: Dataset) -> AuditedTarget:
     from dpaudit.recipes import model_spec, training_spec
 
     members = int(fair_coins(spec.data.audited_size, seed=spec.seed).sum())
+    randomisers = None
+    if variant == INPUT_PERTURBATION:
+        randomisers = input_perturbation(spec)
+        # every slot trains (members and substitutes): q = batch_size / audited_size
+        members = spec.data.audited_size
     return prepare_target(
         dataset,
         model=model_spec(spec.model),
@@ -77,6 +99,81 @@ def train(spec: TargetSpec, variant: str, dataset: Dataset) -> AuditedTarget:
         population_size=spec.data.population_size,
         seed=spec.seed,
         device=spec.device,
+        input_perturbation=randomisers,
+    )
+
+
+def input_perturbation(spec: TargetSpec) -> InputPerturbation:
+    """The randomisers of ``[target.input_perturbation]`` (``ValueError`` without it)."""
+    from dpaudit.input_perturbation import InputPerturbation
+
+    s = spec.input_perturbation
+    if s is None:
+        raise ValueError("the input-perturbation variant needs [target.input_perturbation]")
+    return InputPerturbation(
+        features=s.features,
+        labels=s.labels,
+        epsilon=s.epsilon,
+        label_share=s.label_share,
+        bound=s.bound,
+        delta=0.0 if s.delta is None else s.delta,
+    )
+
+
+def store_target(target: AuditedTarget, spec: TargetSpec) -> dict[str, np.ndarray]:
+    """What a unit stores about how its target was trained: the DP-SGD record's arrays,
+    or the input-perturbation claim (``claim_epsilon``, ``claim_delta``, stated) and the
+    randomisers' parameters as they ran (``perturbation``, JSON)."""
+    import json
+
+    out = store_record(target.record)
+    if target.perturbation is not None:
+        out["perturbation"] = np.array(json.dumps(target.perturbation))
+        claim = input_perturbation(spec).claim()
+        if claim is not None:
+            assert claim.epsilon is not None  # an input-perturbation claim is an ε claim
+            out["claim_epsilon"] = np.array([claim.epsilon])
+            out["claim_delta"] = np.array([claim.delta])
+    return out
+
+
+def has_upper(part: Mapping[str, np.ndarray]) -> bool:
+    """Whether a stored target is held against an upper bound (a record or a claim)."""
+    return "noise_multiplier" in part or "claim_epsilon" in part
+
+
+def stored_upper(part: Mapping[str, np.ndarray], delta: float) -> UpperBound | None:
+    """The upper bound a stored target's lower bounds are held against: the accountant's
+    ε of its DP-SGD record, or the input-perturbation claim; ``None`` for neither."""
+    from dpaudit.mechanisms import Claim
+    from dpaudit.upper_bounds import from_claim, from_records
+
+    record = stored_record(part)
+    if record is not None:
+        return from_records([record], delta, with_mu=False)
+    if "claim_epsilon" in part:
+        claim = Claim(epsilon=float(part["claim_epsilon"][0]), delta=float(part["claim_delta"][0]))
+        return from_claim(claim, delta, source="input perturbation claim")
+    return None
+
+
+def stored_details(part: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """The test details naming how the target was trained: ``record`` (DP-SGD) or
+    ``input_perturbation`` (the randomisers as they ran)."""
+    import json
+
+    record = stored_record(part)
+    if record is not None:
+        return {"record": record.to_dict()}
+    if "perturbation" in part:
+        return {"input_perturbation": json.loads(str(part["perturbation"]))}
+    return {}
+
+
+def upper_source(upper: UpperBound) -> str:
+    """How a comparison names its upper bound."""
+    return (
+        "accountant ε (PLD)" if upper.source == "accountant" else "claimed ε (input perturbation)"
     )
 
 
@@ -105,9 +202,13 @@ def stored_record(part: Mapping[str, np.ndarray]) -> DPSGDRecord | None:
 
 
 def key_data(spec: TargetSpec, **extra: Any) -> dict[str, Any]:
-    """What names the units: the recipe and the data file's bytes, not the device or folder."""
+    """What names the units: the recipe and the data file's bytes, not the device or folder
+    (``input_perturbation`` only when given, so earlier audits keep their unit keys)."""
+    exclude = {"base_dir", "device"} | (
+        {"input_perturbation"} if spec.input_perturbation is None else set()
+    )
     return {
-        **spec.model_dump(mode="json", exclude={"base_dir", "device"}),
+        **spec.model_dump(mode="json", exclude=exclude),
         "data_file": dataset_digest(spec.data.dataset, Path(spec.base_dir)),
         **extra,
     }

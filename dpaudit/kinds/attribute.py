@@ -28,7 +28,7 @@ def attribute_unit(spec: _targets.TargetSpec, unit: str) -> dict[str, np.ndarray
     """Train one target variant and guess the sensitive attribute of its audited rows."""
     from dpaudit.membership import guess_attributes
 
-    variant = unit.rsplit("-", 1)[1]
+    variant = unit.split("-", 2)[2]
     dataset = _targets.load(spec)
     target = _targets.train(spec, variant, dataset)
     g = guess_attributes(target)
@@ -40,7 +40,7 @@ def attribute_unit(spec: _targets.TargetSpec, unit: str) -> dict[str, np.ndarray
         "prior": g.prior,
         "info": np.array(json.dumps(info, default=str)),
         "data_hash": np.array(dataset.data_hash),
-        **_targets.store_record(target.record),
+        **_targets.store_target(target, spec),
     }
 
 
@@ -86,6 +86,7 @@ class AttributeKind(AuditKind[AttributeSection]):
             training=sh.training,
             seed=context.seed,
             base_dir=str(context.base_dir),
+            input_perturbation=sh.target.input_perturbation,
         )
 
     def comparisons(self, section: AttributeSection, context: RunContext, outputs: Outputs) -> int:
@@ -95,7 +96,6 @@ class AttributeKind(AuditKind[AttributeSection]):
         self, section: AttributeSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
         from dpaudit.membership import AttributeGuesses, attribute_result
-        from dpaudit.upper_bounds import from_records
 
         rows = []
         data_hash = None
@@ -104,10 +104,12 @@ class AttributeKind(AuditKind[AttributeSection]):
             part = outputs[unit]
             info = json.loads(str(part["info"]))
             data_hash = str(part["data_hash"])
-            record = _targets.stored_record(part)
+            upper = _targets.stored_upper(part, context.delta)
+            # the DP-implied advantage bound is computed at the audit's δ: only an upper
+            # bound whose δ is no larger holds there
             eps = None
-            if record is not None:
-                eps = from_records([record], context.delta, with_mu=False).epsilon
+            if upper is not None and upper.epsilon_delta <= context.delta:
+                eps = upper.epsilon
             guesses = AttributeGuesses(
                 dataset=info["dataset"],
                 sensitive=info["sensitive"],
@@ -125,7 +127,9 @@ class AttributeKind(AuditKind[AttributeSection]):
                 seed=context.seed,
             )
             row = {k: v for k, v in result.to_dict().items() if k not in per_row}
-            variant = unit.rsplit("-", 1)[1]
+            variant = unit.split("-", 2)[2]
+            if "perturbation" in part:  # the randomisers as they ran
+                row.update(_targets.stored_details(part))
             row["label"] = f"attribute inference on the {variant} target ({info['sensitive']})"
             rows.append(row)
         return KindSummary(attribute=tuple(rows), data_hash=data_hash)

@@ -277,7 +277,7 @@ def own_unit(spec: OwnSpec, unit: str) -> dict[str, np.ndarray]:
         "membership": coins,
         "scores": np.stack([s.scores for s in scored]),
         "info": np.array(json.dumps(info)),
-        **_targets.store_record(target.record),
+        **_targets.store_target(target, spec),
     }
 
 
@@ -322,6 +322,7 @@ def own_spec(section: MembershipSection, context: RunContext) -> OwnSpec:
         training=sh.training,
         seed=context.seed,
         base_dir=str(context.base_dir),
+        input_perturbation=sh.target.input_perturbation,
         attacks=tuple(section.attacks),
         reference_models=section.reference_models,
         shadow_models=section.shadow_models,
@@ -355,6 +356,7 @@ class _Scored:
     seed: int
     upper: float | None
     details: dict[str, Any]
+    upper_source: str = "accountant ε (PLD)"
 
 
 def _heuristic(s: _Scored, *, delta: float, c: float) -> tuple[EpsilonBound | None, list[str]]:
@@ -408,7 +410,7 @@ def _summarise_one(
         # Without fair coins the one-run theorem's premise fails (Steinke et al. 2023,
         # §3): the same count is only a description of the attack.
         one_run = dataclasses.replace(one_run, validity="heuristic")
-    source = "accountant ε (PLD)" if s.upper is not None else "none"
+    source = s.upper_source if s.upper is not None else "none"
     comparisons = [Comparison(s.label, "epsilon", one_run, s.upper, source, s.upper is not None)]
     heuristic, notes = _heuristic(s, delta=delta, c=c)
     if heuristic is not None:
@@ -422,7 +424,6 @@ def _summarise_one(
 def _own_scored(outputs: Outputs, context: RunContext) -> tuple[list[_Scored], str | None]:
     """Every (variant, attack) of own targets, in the order the file lists them."""
     from dpaudit.membership import attack_seed
-    from dpaudit.upper_bounds import from_records
 
     out: list[_Scored] = []
     data_hash = None
@@ -431,8 +432,7 @@ def _own_scored(outputs: Outputs, context: RunContext) -> tuple[list[_Scored], s
         variant = unit.split("-", 2)[2]
         info = json.loads(str(part["info"]))
         data_hash = info["data_hash"]
-        record = _targets.stored_record(part)
-        upper = None if record is None else from_records([record], context.delta, with_mu=False)
+        upper = _targets.stored_upper(part, context.delta)
         membership = np.asarray(part["membership"], dtype=bool)
         attacks = info["attacks"]
         for i, a in enumerate(attacks):
@@ -440,8 +440,8 @@ def _own_scored(outputs: Outputs, context: RunContext) -> tuple[list[_Scored], s
                 "attack": {"name": a["attack"], "options": a["options"], "notes": []}
             }
             last = i == len(attacks) - 1
-            if last and record is not None:
-                details["record"] = record.to_dict()
+            if last:
+                details.update(_targets.stored_details(part))
             scored = _Scored(
                 test_id=f"{variant}-{a['attack']}",
                 label=f"{a['attack']} on the {variant} target",
@@ -451,6 +451,7 @@ def _own_scored(outputs: Outputs, context: RunContext) -> tuple[list[_Scored], s
                 seed=attack_seed(context.seed, i),
                 upper=None if upper is None else upper.epsilon,
                 details=details,
+                upper_source="none" if upper is None else _targets.upper_source(upper),
             )
             out.append(scored)
     return out, data_hash
@@ -508,7 +509,7 @@ class MembershipKind(AuditKind[MembershipSection]):
     def comparisons(self, section: MembershipSection, context: RunContext, outputs: Outputs) -> int:
         if context.shared.target.brought:
             return 0  # dpaudit does not know how a brought target was trained
-        with_record = sum("noise_multiplier" in part for part in outputs.values())
+        with_record = sum(_targets.has_upper(part) for part in outputs.values())
         return with_record * (1 if section.headline else len(section.attacks))
 
     def summarise(
