@@ -93,7 +93,14 @@ def test_light_entry_points_load_no_torch(statement: str) -> None:
 
 
 def test_registry_lists_the_kinds_and_names_valid_ones_on_a_miss() -> None:
-    assert kind_names() == ("mechanism", "membership", "attribute", "dpsgd", "reconstruction")
+    assert kind_names() == (
+        "mechanism",
+        "membership",
+        "attribute",
+        "dpsgd",
+        "reconstruction",
+        "local-central",
+    )
     assert get_kind("dpsgd").name == "dpsgd"
     with pytest.raises(ValueError, match=r"^unknown audit kind 'x'; valid kinds: mechanism, "):
         get_kind("x")
