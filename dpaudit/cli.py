@@ -327,6 +327,13 @@ def account(
         bool,
         typer.Option("--identify", help="Decide whether the run is exactly μ-GDP (Liu et al.)."),
     ] = False,
+    compare: Annotated[
+        bool,
+        typer.Option(
+            "--compare",
+            help="Compare composition theorems (naive, advanced, optimal, RDP, PLD, GDP).",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead.")] = False,
 ) -> None:
     """Accountant upper bounds for DP-SGD: ε(δ) by PLD and RDP, the μ bracket, and ρ (q = 1).
@@ -366,6 +373,9 @@ def account(
             else:
                 steps = steps_from_rate(q, epochs=epochs)
         assert steps is not None  # exactly one of --steps / --epochs, checked above
+        if compare:
+            _print_composition_comparison(noise_multiplier, q, steps, delta, as_json=as_json)
+            return
         eps = {
             kind: accounting.dpsgd_epsilon(
                 noise_multiplier=noise_multiplier,
@@ -420,6 +430,23 @@ def account(
     console.print(table)
     if identification is not None:
         console.print(identification.summary, markup=False)
+
+
+def _print_composition_comparison(
+    noise_multiplier: float, sampling_rate: float, steps: int, delta: float, *, as_json: bool
+) -> None:
+    """``dpaudit account --compare``: the composition table (dpaudit.composition)."""
+    import json
+
+    from dpaudit.composition import compare, format_markdown
+
+    table = compare(
+        noise_multiplier=noise_multiplier, sampling_rate=sampling_rate, steps=steps, delta=delta
+    )
+    if as_json:
+        typer.echo(json.dumps(table.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        typer.echo(format_markdown(table))
 
 
 @app.command("plan")
