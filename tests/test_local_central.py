@@ -178,7 +178,7 @@ def test_audit_writes_the_table_and_the_report_shows_it(tmp_path) -> None:
         '[local-central]\nquery = "mean"\nn = 2_000\nepsilons = [0.5, 2.0]\n'
         "repeats = 300\ntrials = 2_000\n"
     )
-    result = run_audit(audit, output_dir=tmp_path / "out").to_dict()
+    result = run_audit(audit, output_dir=tmp_path / "out", write=False).to_dict()
     table = result["tests"][0]["local_central"]
     assert [r["epsilon"] for r in table["rows"]] == [0.5, 2.0]
     for row in table["rows"]:
@@ -188,11 +188,61 @@ def test_audit_writes_the_table_and_the_report_shows_it(tmp_path) -> None:
         assert row["local"]["epsilon_lower"] <= row["epsilon"]
     assert len(result["bounds"]) == 4
     assert all(b["in_verdict"] for b in result["bounds"])
+    # The per-test score plots (ROC, histograms) are the shared report's, tested there;
+    # dropped here to keep this test fast.
+    result["tests"] = [
+        {k: v for k, v in t.items() if k not in ("curve", "histogram")} for t in result["tests"]
+    ]
+    html = render_report(result)
     parser = _Tables()
-    parser.feed(render_report(result))
+    parser.feed(html)
     assert parser.rows == 1 + 2  # header + one row per ε
     assert any("Local versus central DP" in h for h in parser.headings)
-    html = render_report(result)
+    assert parser.svgs == 1  # the RMSE plot
     assert "RMSE against ε on log axes" in html
     section = html[html.index('id="local-central0"') :]
     assert "<svg" in section
+
+
+def test_init_writes_an_example_that_validates(tmp_path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from dpaudit.cli import app
+
+    runner = CliRunner()
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["init", "--kind", "local-central", "-o", "audit.toml"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "audit.toml").read_text().startswith("# A dpaudit audit file")
+    assert runner.invoke(app, ["validate", "audit.toml"]).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"query": "mean", "k": 4}, "'k' is a parameter of query = 'histogram', not 'mean'"),
+        ({"query": "histogram"}, "query = 'histogram' needs 'k', the number of bins"),
+        ({"query": "histogram", "k": 3, "share": 0.2}, "'share' is a parameter of query = 'mean'"),
+        (
+            {"query": "histogram", "k": 3, "frequencies": [1, 2]},
+            "'frequencies' must be 3 non-negative numbers with a positive sum",
+        ),
+        ({"query": "mean", "epsilons": [1.0, 1.0]}, "'epsilons' must be different values"),
+    ],
+)
+def test_the_table_refuses_keys_of_the_other_query(table: dict, message: str) -> None:
+    from pydantic import ValidationError
+
+    from dpaudit.kinds.local_central import LocalCentralSection
+
+    with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        LocalCentralSection(**table)
+
+
+def test_true_counts_add_up_and_refuse_bad_frequencies() -> None:
+    counts = lc.true_counts(query="histogram", n=1_001, k=3, frequencies=[1, 1, 1])
+    assert counts.tolist() == [334, 334, 333]
+    with pytest.raises(ValueError, match="must be 3 non-negative numbers"):
+        lc.true_counts(query="histogram", n=10, k=3, frequencies=[1, -1, 1])
+    with pytest.raises(ValueError, match=r"^The 'query' parameter must be one of"):
+        lc.true_counts(query="median", n=10)
