@@ -155,7 +155,12 @@ class Randomised:
 def randomise(
     X: np.ndarray, y: np.ndarray, *, num_classes: int, spec: InputPerturbation, seed: int
 ) -> Randomised:
-    """Randomise each row of ``(X, y)`` once (row i's noise depends on row i and the seed).
+    """Randomise each row of ``(X, y)`` once.
+
+    The noise draws depend on the seed and the number of rows only, never on the rows'
+    values: row i's randomised version is a function of row i and its own draws, so
+    changing one row changes no other row's output (the independence step 2 of the
+    module's guarantee uses).
 
     Args:
         X: ``(n, d)`` standardised features; y: ``(n,)`` labels in 0..C−1.

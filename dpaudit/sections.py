@@ -181,23 +181,21 @@ class InputPerturbationSection(Table):
     def _randomisers_fit(self) -> InputPerturbationSection:
         if self.features == "none" and self.labels == "none":
             raise ValueError(
-                "[target.input_perturbation] randomises nothing (features = 'none' and "
-                "labels = 'none'); use the 'plain' variant"
+                "randomises nothing (features = 'none' and labels = 'none'); use the "
+                "'plain' variant"
             )
         if self.features == "gaussian" and self.delta is None:
             raise ValueError(
-                "[target.input_perturbation] features = 'gaussian' needs 'delta' (the "
-                "Gaussian randomiser is calibrated to (epsilon, delta))"
+                "features = 'gaussian' needs 'delta' (the Gaussian randomiser is "
+                "calibrated to (epsilon, delta))"
             )
         if self.features != "gaussian" and self.delta is not None:
             raise ValueError(
-                f"[target.input_perturbation] 'delta' is used only by features = 'gaussian'; "
-                f"got features = {self.features!r}"
+                f"'delta' is used only by features = 'gaussian'; got features = {self.features!r}"
             )
         if "label_share" in self.model_fields_set and "none" in (self.features, self.labels):
             raise ValueError(
-                "[target.input_perturbation] 'label_share' splits epsilon between features "
-                "and labels; it needs both randomised"
+                "'label_share' splits epsilon between features and labels; it needs both randomised"
             )
         return self
 
