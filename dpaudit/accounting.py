@@ -322,7 +322,7 @@ def mu_bracket(
     which is why the measurement stops at a δ floor and states the tail separately.)
 
     References:
-        Liu, Sun, Jiang, Kong 2022 (NeurIPS), Sec. 4; Dong, Roth, Su 2019, Sec. 5
+        Liu, Sun, Jiang, Kong 2022 (NeurIPS), Sec. 4 (unverified); Dong, Roth, Su 2019, Sec. 5
         (the subsampled Gaussian's GDP limit).
     """
     event = _as_event(record_or_event)

@@ -7,9 +7,10 @@ whose profile dpaudit knows exactly — compute the GDP transform
 
 (Liu, Sun, Jiang, Kong 2022). μ-GDP dominates the profile exactly when μ ≥ μ_A(ε) for
 every ε (δ_μ(ε) increases in μ), so the mechanism is GDP iff μ_A is bounded and the
-optimal μ is μ* = sup_ε μ_A(ε) (their §3, the tail condition: μ_A's behaviour as ε → ∞
-decides). :func:`dpaudit.theory.gdp_bracket` brackets μ* rigorously on [0, ε_max] by the
-monotonicity of both profiles; beyond ε_max the profile is at most ``tail_delta``.
+optimal μ is μ* = sup_ε μ_A(ε) (their §3, numbering unverified; the tail condition:
+μ_A's behaviour as ε → ∞ decides). :func:`dpaudit.theory.gdp_bracket` brackets μ*
+rigorously on [0, ε_max] by the monotonicity of both profiles; beyond ε_max the profile
+is at most ``tail_delta``.
 
 Two answers are given:
 
@@ -23,8 +24,8 @@ Two answers are given:
   the grid, with the tolerance stated.
 
 Gaussian noise is exactly (Δ/σ)-GDP. The Laplace mechanism and randomized response are
-GDP (every ε-DP mechanism is, Liu et al. §5) but not exactly: μ_A falls to 0 at ε, so
-they are μ*-GDP with μ* = μ_A's maximum, and no smaller μ.
+GDP (every ε-DP mechanism is, Liu et al. §5, numbering unverified) but not exactly:
+μ_A falls to 0 at ε, so they are μ*-GDP with μ* = μ_A's maximum, and no smaller μ.
 
 Pure functions of numbers; no torch, no dp-accounting (an accountant's bracket,
 :func:`dpaudit.accounting.mu_bracket`, is passed in as a :class:`MuBracket`).
@@ -33,6 +34,9 @@ References:
     Liu, Sun, Jiang, Kong 2022, "Identification, Amplification and Measurement: A bridge
     to Gaussian Differential Privacy" (NeurIPS; arXiv:2210.09269), §3 (identification by
     the tail of μ_A) and §4 (measurement); Dong, Roth, Su 2019, Cor. 2.13 (δ_μ(ε)).
+    Authors (Yi Liu, Ke Sun, Bei Jiang, Linglong Kong), title and venue checked against
+    the NeurIPS 2022 programme and arXiv; the section and theorem numbers cited for this
+    paper across dpaudit are NOT verified (only its abstract could be read).
 """
 
 from __future__ import annotations

@@ -206,7 +206,8 @@ def mu_from_pure_dp(epsilon: float) -> float:
     References:
         Dong, Roth, Su 2019, Eq. (5) for f_{ε,0}; Liu, Sun, Jiang, Kong 2022,
         "Identification, Amplification and Measurement: A bridge to Gaussian
-        Differential Privacy" (NeurIPS), Sec. 5 (every ε-DP mechanism is GDP).
+        Differential Privacy" (NeurIPS), Sec. 5 (every ε-DP mechanism is GDP; section
+        number unverified).
     """
     epsilon = check_in_interval("epsilon", epsilon, 0.0, math.inf, high_open=True)
     # 1/(1 + e^ε) = expit(−ε), stable for large ε
@@ -645,7 +646,8 @@ class MuBracket:
 
     References:
         Liu, Sun, Jiang, Kong 2022, "Identification, Amplification and Measurement: A
-        bridge to Gaussian Differential Privacy" (NeurIPS), Sec. 4 (GDP measurement).
+        bridge to Gaussian Differential Privacy" (NeurIPS), Sec. 4 (GDP measurement;
+        section number unverified).
     """
 
     low: float
@@ -741,7 +743,7 @@ def gdp_bracket(
         A :class:`MuBracket`.
 
     References:
-        Liu, Sun, Jiang, Kong 2022 (NeurIPS), Sec. 4: GDP measurement by the μ_A(ε)
+        Liu, Sun, Jiang, Kong 2022 (NeurIPS), Sec. 4 (unverified): GDP measurement by the μ_A(ε)
         transform on a grid, with the monotonicity bracket between grid points.
     """
     delta_floor = check_in_interval("delta_floor", delta_floor, 0.0, 1.0, high_open=True)
@@ -798,7 +800,7 @@ def gdp_bracket_from_grid(epsilons: ArrayLike, deltas: ArrayLike) -> MuBracket:
         deltas: δ_A on the grid, in [0, 1], non-increasing.
 
     References:
-        Liu, Sun, Jiang, Kong 2022 (NeurIPS), Sec. 4 (GDP measurement on a grid).
+        Liu, Sun, Jiang, Kong 2022 (NeurIPS), Sec. 4, unverified (GDP measurement on a grid).
     """
     grid = _epsilon_array(epsilons, "epsilons").ravel()
     d = np.asarray(deltas, dtype=float).ravel()
@@ -851,7 +853,7 @@ def refined_profile(
         deltas: the δ_i of the family, same length.
 
     References:
-        Liu, Sun, Jiang, Kong 2022 (NeurIPS), Thm. 2.1; Dong, Roth, Su 2019, Prop. 2.12
+        Liu, Sun, Jiang, Kong 2022 (NeurIPS), Thm. 2.1 (unverified); Dong, Roth, Su 2019, Prop. 2.12
         (an (ε, δ) family is equivalent to f-DP with f = sup f_{ε_i,δ_i}; its profile is
         1 + f*(−e^ε)).
     """

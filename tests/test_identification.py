@@ -92,7 +92,8 @@ def test_laplace_is_gdp_but_not_exactly_with_its_bracket() -> None:
     assert r.bracket.low <= mu_star <= r.bracket.high
     assert mu_star == pytest.approx(1.030063997624434, rel=1e-9)
     assert r.bracket.relative_margin < 1e-3
-    # ε-DP ⇒ μ-GDP with μ = −2Φ⁻¹(1/(1 + e^ε)) (Liu et al. §5): Laplace is strictly better
+    # ε-DP ⇒ μ-GDP with μ = −2Φ⁻¹(1/(1 + e^ε)) (Liu et al. §5, unverified): Laplace is
+    # strictly better
     assert r.mu < mu_from_pure_dp(1.0)
     assert "not exactly GDP" in r.summary
 

@@ -98,7 +98,7 @@ def test_gdp_mu_monotone_and_edges():
 
 
 def test_mu_from_pure_dp_published_value():
-    # −2Φ⁻¹(1/(1+e)) = 1.2320 (Liu, Sun, Jiang, Kong 2022, Sec. 5: ε-DP ⇒ μ-GDP)
+    # −2Φ⁻¹(1/(1+e)) = 1.2320 (Liu, Sun, Jiang, Kong 2022, Sec. 5 unverified: ε-DP ⇒ μ-GDP)
     assert theory.mu_from_pure_dp(1.0) == pytest.approx(1.2320, abs=5e-5)
     assert theory.mu_from_pure_dp(0.0) == 0.0
 
