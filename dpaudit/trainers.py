@@ -73,7 +73,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpaudit import theory
+from dpaudit import erm, theory
 from dpaudit.errors import ConfigError, DpauditError, check_choice
 from dpaudit.greybox import GreyBoxObservations
 from dpaudit.mechanisms import Claim, load_callable
@@ -112,6 +112,8 @@ class CanarySetup:
             ``"likelihood-ratio"`` (the sum over steps of
             :func:`mixture_log_likelihood_ratio`) or ``"sum"`` (the plain sum of the
             projections). Black-box audits ignore it.
+        replaced: in a replace-one audit (``canary = "worst-case"``), the row the canary
+            replaces: in the models without the canary only; else ``None``.
     """
 
     kind: str
@@ -120,6 +122,7 @@ class CanarySetup:
     row: int | None = None
     direction: np.ndarray | None = field(default=None, repr=False)
     score: str = "likelihood-ratio"
+    replaced: int | None = None
 
 
 @dataclass(frozen=True)
@@ -597,37 +600,15 @@ def regularised_logistic_optimum(
 ) -> np.ndarray:
     """The minimisers w_k of (1/n_k)·Σ_{i∈k} log(1 + e^{−y_i⟨w, x_i⟩}) + (λ/2)‖w‖².
 
-    Newton's method on all K objectives at once (float64). The objective is λ-strongly
-    convex with a Lipschitz Hessian, so Newton converges quadratically from w = 0;
-    ``iterations`` = 30 is far past machine precision for the small problems audited.
-
-    Args:
-        X: ``(n, d)`` features.
-        signs: ``(n,)`` labels in {−1, +1}.
-        membership: ``(K, n)`` booleans.
-        lam: λ > 0.
-        average: ``False`` drops the 1/n_k in front of the loss sum (a planted bug used
-            in tests: the sensitivity is then 2/λ, not 2/(nλ)).
-        iterations: Newton steps.
+    See :func:`dpaudit.erm.regularised_logistic_optimum` (Newton, float64, once per
+    distinct membership row); ``average = False`` is the planted "no 1/n" bug of the tests.
 
     Returns:
         ``(K, d)`` minimisers.
     """
-    x = torch.as_tensor(np.asarray(X, dtype=np.float64))
-    s = torch.as_tensor(np.asarray(signs, dtype=np.float64))
-    m = torch.as_tensor(np.asarray(membership, dtype=np.float64))
-    k, d = m.shape[0], x.shape[1]
-    weight = m / m.sum(dim=1, keepdim=True) if average else m
-    w = torch.zeros((k, d), dtype=torch.float64)
-    eye = torch.eye(d, dtype=torch.float64)
-    for _ in range(iterations):
-        margins = s * (w @ x.T)  # (K, n)
-        p = torch.sigmoid(-margins)  # −∂ℓ/∂margin
-        grad = -(weight * p * s) @ x + lam * w
-        curvature = weight * p * (1 - p)  # (K, n)
-        hess = torch.einsum("kn,ni,nj->kij", curvature, x, x) + lam * eye
-        w = w - torch.linalg.solve(hess, grad.unsqueeze(-1)).squeeze(-1)
-    return w.numpy()
+    return erm.regularised_logistic_optimum(
+        X, signs, membership, lam=lam, average=average, iterations=iterations
+    )
 
 
 def _gamma_ball_noise(
@@ -761,24 +742,20 @@ def multiparty_trainer(
     _binary_labels(y, settings, "multiparty")
     _row_norm_check(X, "multiparty")
     signs = np.where(np.asarray(y) == 1, 1.0, -1.0)
-    n = X.shape[0]
-    owner = np.arange(n) % parties
-    if canary.row is not None:
-        owner[canary.row] = 0
-    total = np.zeros((membership.shape[0], X.shape[1]))
-    smallest = n
-    for p in range(parties):
-        part = membership & (owner == p)[None, :]
-        sizes = part.sum(axis=1)
-        if sizes.min() == 0:
-            raise ConfigError(f"Party {p} has no rows: use fewer parties or more data.")
-        smallest = min(smallest, int(sizes.min()))
-        total += regularised_logistic_optimum(X, signs, part, lam=lam)
+    # The canary (and the record it replaces, in a replace-one audit) belong to party 0.
+    fixed = tuple(r for r in (canary.row, canary.replaced) if r is not None)
+    owner = erm.multiparty_owners(X.shape[0], parties, fixed)
+    try:
+        average, smallest = erm.multiparty_average(
+            X, signs, membership, lam=lam, owner=owner, parties=parties
+        )
+    except DpauditError as exc:
+        raise ConfigError(str(exc)) from None
     scale = theory.multiparty_laplace_scale(
         lipschitz=1.0, parties=parties, smallest_party_size=smallest, lam=lam, epsilon=epsilon
     )
-    w = total / parties + _gamma_ball_noise(
-        total.shape[0], X.shape[1], scale, seed=seed, model_offset=settings.model_offset
+    w = average + _gamma_ball_noise(
+        average.shape[0], X.shape[1], scale, seed=seed, model_offset=settings.model_offset
     )
     return TrainerOutput(
         models=_linear_stack(w, X.shape[1]), claim=Claim(epsilon=epsilon, delta=0.0)

@@ -37,7 +37,7 @@ import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
 from dpaudit.canaries import INPUT_CANARY_KINDS
-from dpaudit.errors import ConfigError, DataError
+from dpaudit.errors import ConfigError, DataError, DpauditError
 from dpaudit.kinds.base import (
     AuditKind,
     KindSummary,
@@ -157,6 +157,11 @@ class DpsgdSection(Table):
         options: trainer options (``epsilon``, ``lam``, ``parties``, or a user trainer's).
         canary: ``mislabeled`` | ``ood`` | ``clipbkd`` | ``crafted`` (input rows) | ``dirac``
             (gradient). ``crafted`` sits on an appended all-zero feature that only it uses.
+            ``worst-case`` (ERM trainers): the replace-one pair of unit records that moves
+            the exact minimiser most, scored by the exact log-likelihood ratio of the
+            released model under the mechanism's noise density (:mod:`dpaudit.erm`).
+        mechanism: the ERM mechanism whose density the ``worst-case`` score uses
+            (``output-perturbation`` or ``multiparty``); default: the trainer's own.
         threat_model: ``black-box`` (final model's canary loss) or ``white-box`` (a
             score of every step's update projected on the Dirac canary).
         score: the white-box statistic: ``likelihood-ratio`` (default; the sum over
@@ -182,7 +187,8 @@ class DpsgdSection(Table):
     training: DpsgdTrainingSection = DpsgdTrainingSection()
     trainer: str = "dpsgd"
     options: dict[str, float | int | str] = Field(default_factory=dict)
-    canary: Literal["mislabeled", "ood", "clipbkd", "crafted", "dirac"] = "dirac"
+    canary: Literal["mislabeled", "ood", "clipbkd", "crafted", "dirac", "worst-case"] = "dirac"
+    mechanism: Literal["output-perturbation", "multiparty"] | None = None
     threat_model: Literal["black-box", "white-box"] = "white-box"
     score: Literal["likelihood-ratio", "sum"] = "likelihood-ratio"
     trials: Annotated[int, Field(ge=0, le=10_000_000)] = 1000
@@ -229,7 +235,7 @@ class DpsgdSection(Table):
 
     @model_validator(mode="after")
     def _black_box_levers(self) -> DpsgdSection:
-        problem = _black_box_problem(self)
+        problem = _black_box_problem(self) or _worst_case_problem(self)
         if problem is not None:
             raise ValueError(problem)
         return self
@@ -265,6 +271,35 @@ def _black_box_problem(s: DpsgdSection) -> str | None:
     return None
 
 
+_ERM_TRAINERS = ("output-perturbation", "multiparty")
+
+
+def _erm_mechanism(s: DpsgdSection) -> str | None:
+    """The ERM mechanism whose noise density scores a worst-case canary, if any."""
+    if s.mechanism is not None:
+        return s.mechanism
+    return s.trainer if s.trainer in _ERM_TRAINERS else None
+
+
+def _worst_case_problem(s: DpsgdSection) -> str | None:
+    """Why ``canary = "worst-case"`` (or ``mechanism``) cannot be used as configured."""
+    if s.canary != "worst-case":
+        return "'mechanism' is used by canary = 'worst-case' only" if s.mechanism else None
+    mechanism = _erm_mechanism(s)
+    if mechanism is None:
+        return (
+            "canary = 'worst-case' needs an ERM trainer ('output-perturbation', "
+            f"'multiparty') or 'mechanism' naming the density; got trainer={s.trainer!r}"
+        )
+    need = ["epsilon", "lam"] + (["parties"] if mechanism == "multiparty" else [])
+    missing = [k for k in need if k not in s.options]
+    if missing:
+        return f"canary = 'worst-case' with mechanism {mechanism!r} needs options {missing}"
+    if s.black_box is not None:
+        return "[dpsgd.black_box] does not apply to canary = 'worst-case'"
+    return None
+
+
 class DpsgdSpec(Table):
     """What a dpsgd unit depends on: a pure, picklable function input."""
 
@@ -287,6 +322,8 @@ class _Setup:
     model: ModelSpec
     training: TrainingSpec
     crafted: CraftedCanary | None = None
+    replaced_row: int | None = None
+    worst_case: WorstCaseSetup | None = None
 
 
 def _stream_seed(seed: int, *purpose: int) -> int:
@@ -340,6 +377,10 @@ def _setup_cached(section_json: str, seed: int, base_dir: str) -> _Setup:
         canary_row = X.shape[0] - 1
     if s.normalize:
         X = (X / np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))).astype(np.float32)
+    replaced_row, worst = None, None
+    if s.canary == "worst-case":
+        X, y, worst = _worst_case_rows(s, X, y, num_classes)
+        canary_row, replaced_row = X.shape[0] - 1, X.shape[0] - 2
     model = ModelSpec(kind=s.model, hidden=tuple(s.hidden))
     shapes = layer_shapes(model, X.shape[1], num_classes)
     num_parameters = sum(o * i + o for o, i in shapes)
@@ -349,11 +390,167 @@ def _setup_cached(section_json: str, seed: int, base_dir: str) -> _Setup:
         # that feature is all-zero, every real gradient is 0 there (∂/∂W = δ·aᵀ, a = 0).
         direction = dirac_direction(num_parameters, X.shape[1] - 1)
     # The canary row is an extra record: q and T are those of the real rows.
-    members = int(X.shape[0]) - (canary_row is not None)
+    members = int(X.shape[0]) - (canary_row is not None) - (replaced_row is not None)
     training = training_spec(s.training, members=members, full_batch=s.full_batch)
     if crafted is not None and s.black_box is not None and s.black_box.initial == "worst-case":
         training = _worst_case_training(crafted, training, members, X.shape[1], num_classes)
-    return _Setup(X, y, num_classes, canary_row, direction, model, training, crafted)
+    return _Setup(
+        X, y, num_classes, canary_row, direction, model, training, crafted, replaced_row, worst
+    )
+
+
+@dataclass(frozen=True)
+class WorstCaseSetup:
+    """The worst-case replace-one pair of an ERM audit and its exact noise-free releases.
+
+    Attributes:
+        mechanism: ``output-perturbation`` or ``multiparty``.
+        centre_out: the noise-free release on D (the replaced record r, no canary).
+        centre_in: the same on D′ (the canary c instead of r).
+        scale: s of the noise density ∝ exp(−‖b‖/s) the mechanism is calibrated with.
+        bound: the ℓ2 sensitivity that calibration assumes (s = bound/ε).
+        epsilon: the claimed ε (``options.epsilon``).
+        pair: what the search found (records, labels, candidates).
+    """
+
+    mechanism: str
+    centre_out: np.ndarray
+    centre_in: np.ndarray
+    scale: float
+    bound: float
+    epsilon: float
+    pair: dict[str, Any]
+
+    @property
+    def realised(self) -> float:
+        """‖θ*(D′) − θ*(D)‖ of the noise-free releases."""
+        return float(np.linalg.norm(self.centre_in - self.centre_out))
+
+    @property
+    def realised_epsilon(self) -> float:
+        """The largest privacy loss of the pair: ‖c₁ − c₀‖/s = ε·realised/bound."""
+        return self.realised / self.scale
+
+
+def _worst_case_rows(
+    s: DpsgdSection, X: np.ndarray, y: np.ndarray, num_classes: int
+) -> tuple[np.ndarray, np.ndarray, WorstCaseSetup]:
+    """Append the worst-case replaced record r then the canary c; compute both releases.
+
+    The relation is replace-one (Chaudhuri et al. 2011 calibrate for it, ‖x‖ ≤ 1): every
+    model trains on the n₀ data rows plus r (without the canary) or plus c (with it).
+    """
+    from dpaudit import erm, theory
+
+    if num_classes != 2:
+        raise ConfigError(
+            f"canary = 'worst-case' audits binary logistic regression: the dataset must have "
+            f"2 classes. Got {num_classes} classes."
+        )
+    mechanism = _erm_mechanism(s)
+    assert mechanism is not None  # the section checked it
+    eps, lam = float(s.options["epsilon"]), float(s.options["lam"])
+    n0 = X.shape[0]
+    signs = np.where(y == 1, 1.0, -1.0)
+    parties = int(float(s.options["parties"])) if mechanism == "multiparty" else 1
+    if parties < 1:
+        raise ConfigError(f"The 'parties' parameter must be an integer >= 1. Got {parties}.")
+    owner = erm.multiparty_owners(n0 + 2, parties, (n0, n0 + 1))
+    # Only party 0's model moves (r and c are its rows): search over party 0's rows.
+    pair = erm.worst_case_pair(X, signs, lam=lam, rows=owner[:n0] == 0)
+    Xa = np.concatenate([X, pair.replaced[None, :], pair.canary[None, :]]).astype(np.float32)
+    ya = np.concatenate([y, [int(pair.replaced_sign > 0), int(pair.canary_sign > 0)]])
+    sa = np.where(ya == 1, 1.0, -1.0)
+    membership = np.ones((2, n0 + 2), dtype=bool)
+    membership[0, n0 + 1] = False  # D: r, no canary
+    membership[1, n0] = False  # D′: c instead of r
+    if mechanism == "output-perturbation":
+        centres = erm.regularised_logistic_optimum(Xa, sa, membership, lam=lam)
+        bound = theory.output_perturbation_sensitivity(n0 + 1, lam)
+    else:
+        try:
+            centres, smallest = erm.multiparty_average(
+                Xa, sa, membership, lam=lam, owner=owner, parties=parties
+            )
+        except DpauditError as exc:
+            raise ConfigError(str(exc)) from None
+        bound = eps * theory.multiparty_laplace_scale(
+            lipschitz=1.0, parties=parties, smallest_party_size=smallest, lam=lam, epsilon=eps
+        )
+    found = {
+        "relation": "replace one record (Chaudhuri et al. 2011), ‖x‖ ≤ 1",
+        "replaced": [float(v) for v in pair.replaced],
+        "replaced_label": int(pair.replaced_sign > 0),
+        "canary": [float(v) for v in pair.canary],
+        "canary_label": int(pair.canary_sign > 0),
+        "candidates": pair.candidates,
+    }
+    setup = WorstCaseSetup(mechanism, centres[0], centres[1], bound / eps, bound, eps, found)
+    return Xa, ya.astype(np.int64), setup
+
+
+def _worst_case_scores(out: TrainerOutput, worst: WorstCaseSetup) -> np.ndarray:
+    """The exact log-likelihood ratio of each released linear model (D′ against D)."""
+    from dpaudit import erm
+
+    if out.models is None:
+        raise ConfigError("canary = 'worst-case' scores the released models: return 'models'.")
+    weight = out.models.weights[0].double().numpy()
+    if weight.ndim != 3 or weight.shape[1] != 2:
+        raise ConfigError(
+            "canary = 'worst-case' scores binary linear models (a 2-class logistic stack)."
+        )
+    # A binary linear model w as a 2-class stack: logits (0, ⟨w, x⟩) up to a shift.
+    w = weight[:, 1, :] - weight[:, 0, :]
+    scores = erm.gamma_ball_log_ratio(w, worst.centre_out, worst.centre_in, worst.scale)
+    if not np.all(np.isfinite(scores)):
+        raise DataError("A released model gave an infinite or NaN likelihood ratio.")
+    return scores
+
+
+def _worst_case_details(
+    worst: WorstCaseSetup, *, trials: int, threshold: str, level: float, seed: int
+) -> dict[str, Any]:
+    """Realised sensitivity, the ε it allows, and the ideal bound at this budget.
+
+    The ideal bound simulates the exact log-likelihood ratio of the pair (10⁶ draws per
+    hypothesis of the mechanism's own noise) and counts it at the audit's trials
+    (half of them with the ``split`` threshold) and per-bound confidence level
+    (:func:`dpaudit.ideal.ideal_lower_bound`).
+    """
+    from dpaudit import erm
+    from dpaudit.ideal import ideal_lower_bound
+
+    rng = np.random.default_rng([seed, _STREAM_DPSGD, 11])
+    d = worst.centre_out.size
+    draws = 1_000_000
+
+    def noise() -> np.ndarray:
+        u = rng.standard_normal((draws, d))
+        r = rng.gamma(d, worst.scale, size=draws)
+        out: np.ndarray = u * (r / np.linalg.norm(u, axis=1))[:, None]
+        return out
+
+    neg = erm.gamma_ball_log_ratio(
+        worst.centre_out + noise(), worst.centre_out, worst.centre_in, worst.scale
+    )
+    pos = erm.gamma_ball_log_ratio(
+        worst.centre_in + noise(), worst.centre_out, worst.centre_in, worst.scale
+    )
+    counted = trials // 2 if threshold == "split" else trials
+    ideal = ideal_lower_bound(neg, pos, trials=max(counted, 1), confidence_level=level)
+    return {
+        "mechanism": worst.mechanism,
+        **worst.pair,
+        "realised_sensitivity": worst.realised,
+        "calibrated_sensitivity": worst.bound,
+        "noise_scale": worst.scale,
+        "claimed_epsilon": worst.epsilon,
+        "realised_epsilon": worst.realised_epsilon,
+        "ideal_epsilon": ideal.value,
+        "ideal": ideal.to_dict(),
+        "ideal_draws": draws,
+    }
 
 
 def _worst_case_training(
@@ -419,6 +616,8 @@ def dpsgd_unit(spec: DpsgdSpec, unit: str) -> dict[str, np.ndarray]:
     membership = np.ones((stop - start, setup.X.shape[0]), dtype=bool)
     if setup.canary_row is not None:
         membership[:, setup.canary_row] = included
+    if setup.replaced_row is not None:  # replace-one: the record the canary replaces
+        membership[:, setup.replaced_row] = ~included
     canary = CanarySetup(
         kind=s.canary,
         threat_model=s.threat_model,
@@ -426,6 +625,7 @@ def dpsgd_unit(spec: DpsgdSpec, unit: str) -> dict[str, np.ndarray]:
         row=setup.canary_row,
         direction=setup.direction,
         score=s.score,
+        replaced=setup.replaced_row,
     )
     settings = TrainerSettings(
         model=setup.model,
@@ -449,7 +649,9 @@ def dpsgd_unit(spec: DpsgdSpec, unit: str) -> dict[str, np.ndarray]:
     )
     return {
         "included": included,
-        "scores": _scores(out, setup, s.black_box),
+        "scores": _scores(out, setup, s.black_box)
+        if setup.worst_case is None
+        else _worst_case_scores(out, setup.worst_case),
         **_ran_arrays(out),
         **_greybox_arrays(out),
     }
@@ -894,11 +1096,14 @@ class DpsgdKind(AuditKind[DpsgdSection]):
                 comparisons.append(
                     gdp_implied_comparison(label, mu_lb, upper.mu, delta=delta, source=upper.source)
                 )
-            tests.append(
-                _many_run_test(
-                    s, upper, neg, pos, mu_lb, context.confidence_level, context.base_dir
-                )
+            test = _many_run_test(
+                s, upper, neg, pos, mu_lb, context.confidence_level, context.base_dir
             )
+            if s.canary == "worst-case":
+                test = test.with_details(
+                    worst_case=_summary_worst_case(s, context, trials=int(neg.size), level=level)
+                )
+            tests.append(test)
             if eps_lb.value == 0.0 and mu_lb.value == 0.0:
                 warnings.append(null_result_warning(label, f"{neg.size} models per arm", eps_lb))
         if one is not None:
@@ -907,6 +1112,18 @@ class DpsgdKind(AuditKind[DpsgdSection]):
         return KindSummary(
             tuple(tests), tuple(comparisons), (), tuple(warnings), _data_hash(s), checks=checks
         )
+
+
+def _summary_worst_case(
+    s: DpsgdSection, context: RunContext, *, trials: int, level: float
+) -> dict[str, Any]:
+    """The worst-case pair's realised sensitivity, realised ε and ideal bound (details)."""
+    spec = DpsgdSpec(section=s, seed=context.seed, unit_size=1, base_dir=str(context.base_dir))
+    worst = _setup(spec).worst_case
+    assert worst is not None  # canary = "worst-case" builds it
+    return _worst_case_details(
+        worst, trials=trials, threshold=s.threshold, level=level, seed=context.seed
+    )
 
 
 def _data_hash(s: DpsgdSection) -> str:
