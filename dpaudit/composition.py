@@ -16,7 +16,8 @@ row                       how                                           validity
 ``pld``                   dpaudit's PLD accountant (dp-accounting)      upper bound
 ``gdp-clt``               μ = q·√(T(e^{1/σ²} − 1)) (Poisson only)      approximation
 ``gdp-exact``             μ = √T/σ (full batch only)                    exact
-``liu-composition``       √(Σ μᵢ²) of identified per-step μᵢ           upper bound
+``liu-composition``       √(Σ μᵢ²) of identified per-step μᵢ           exact if q = 1,
+                                                                        else bound
 ``liu-measured``          √T · per-step μ measured on δ ≥ 1e-10        approximation
                           (Poisson only)
 ========================  ===========================================  ===============
@@ -28,15 +29,18 @@ true ε(δ₀)), so these rows lose only what the composition theorem loses.
 Every GDP row converts μ to ε at δ with the exact GDP profile
 (:func:`dpaudit.theory.gdp_epsilon`, Dong, Roth, Su 2019, Cor. 2.13).
 
-The per-step μ of ``liu-composition``: a full-batch step is exactly (1/σ)-GDP, so the
-row equals ``gdp-exact``. A Poisson step's trade-off curve is at least G_{1/σ} (the step
-is a post-processing of the full-batch step: keep its output with probability q, else
-replace it by a fresh draw of the no-record output), so μ* ≤ 1/σ and the composition
-√T/σ is a valid bound — amplification by subsampling is lost, because the per-step μ_A(ε)
-of the subsampled Gaussian rises towards 1/σ as ε → ∞ (the tail that decides GDP in
-Liu et al.'s identification). ``liu-measured`` composes instead the per-step μ measured
-on ε ≤ ε_max (where the per-step δ falls to 1e-10, :func:`dpaudit.accounting.mu_bracket`):
-closer to the truth, but not a bound, since the measurement ignores the tail beyond ε_max.
+The per-step μ of ``liu-composition``: a full-batch step is the Gaussian mechanism, which
+:func:`dpaudit.identification.identify_mechanism` identifies as exactly (1/σ)-GDP from
+its profile, so the row equals ``gdp-exact``. A Poisson step's trade-off curve is at
+least G_{1/σ}: the step is a post-processing of the full-batch step (keep its output
+with probability q, else replace it by a fresh draw of the no-record output), so its
+optimal μ* ≤ 1/σ and the composition √T/σ is a valid bound, but it forgets the
+amplification by subsampling, since the per-step μ_A(ε) keeps rising with ε (the tail
+that decides GDP in Liu et al.'s identification; see :func:`dpaudit.accounting.mu_bracket`).
+``liu-measured`` composes instead the per-step μ measured on ε ≤ ε_max (where the
+per-step δ falls to 1e-10; :func:`dpaudit.accounting.mu_bracket`, identified by
+:func:`dpaudit.identification.identify_bracket`): closer to the truth, but not a bound,
+since the measurement ignores the tail beyond ε_max.
 
 Pure: numbers and dp-accounting (through :mod:`dpaudit.accounting`); no torch.
 
@@ -71,6 +75,7 @@ from scipy import special
 
 from dpaudit import accounting
 from dpaudit.errors import DpauditError, check_in_interval
+from dpaudit.identification import identify_bracket, identify_mechanism
 from dpaudit.theory import gdp_epsilon
 
 __all__ = [
@@ -386,13 +391,19 @@ def compare(
                 "gdp-exact", gdp_epsilon(full, delta), full, "exact", "μ = √T/σ (full batch)"
             )
         )
+        # each step is the Gaussian mechanism with sensitivity 1 and noise σ: identified
+        # from its exact profile (exactly GDP: its trade-off curve is G_μ₀, so the
+        # composition is exactly √T·μ₀-GDP; otherwise μ₀ is the bracket's upper end)
+        step_id = identify_mechanism("gaussian", {"sensitivity": 1.0, "sigma": sigma})
+        mu_liu = gdp_compose([step_id.mu] * t)
         rows.append(
             CompositionRow(
                 "liu-composition",
-                gdp_epsilon(gdp_compose([1.0 / sigma] * t), delta),
-                gdp_compose([1.0 / sigma] * t),
-                "upper bound",
-                "√(Σ μᵢ²), each step identified exactly 1/σ-GDP",
+                gdp_epsilon(mu_liu, delta),
+                mu_liu,
+                "exact" if step_id.exact else "upper bound",
+                f"√(Σ μᵢ²), each step identified {'exactly ' if step_id.exact else ''}"
+                f"{step_id.mu:.6g}-GDP",
             )
         )
         return CompositionTable(sigma, q, t, delta, tuple(rows))
@@ -417,7 +428,10 @@ def compare(
         )
     )
     step = accounting.dpsgd_event(noise_multiplier=sigma, sampling_rate=q, steps=1)
-    measured = accounting.mu_bracket(step, delta_floor=MEASURED_DELTA_FLOOR)
+    step_id = identify_bracket(
+        accounting.mu_bracket(step, delta_floor=MEASURED_DELTA_FLOOR), source="one step"
+    )
+    measured = step_id.bracket
     mu_measured = gdp_compose([measured.high] * t)
     rows.append(
         CompositionRow(
@@ -425,7 +439,8 @@ def compare(
             gdp_epsilon(mu_measured, delta),
             mu_measured,
             "approximation",
-            f"√T · per-step μ {measured.high:.4g} measured for ε ≤ {measured.epsilon_max:.3g}",
+            f"√T · per-step μ ≤ {measured.high:.4g} for ε ≤ {measured.epsilon_max:.3g}"
+            + (" (μ_A still rising there)" if step_id.tail_rising else ""),
         )
     )
     return CompositionTable(sigma, q, t, delta, tuple(rows))

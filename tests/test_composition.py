@@ -106,8 +106,9 @@ def test_full_batch_gdp_is_exactly_root_t_over_sigma(full_table):
     assert exact.epsilon == gdp_epsilon(exact.mu, DELTA)
     assert exact.validity == "exact"
     liu = full_table.row("liu-composition")
-    assert liu.mu == pytest.approx(1.0, rel=1e-14)  # √(10 · (1/√10)²)
-    assert liu.validity == "upper bound"
+    # each step identified exactly (1/√10)-GDP from its profile: √(10 · (1/√10)²) = 1
+    assert liu.mu == pytest.approx(1.0, rel=1e-12)
+    assert liu.validity == "exact"
 
 
 def test_clt_mu_closed_form(poisson_table):
