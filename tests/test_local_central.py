@@ -116,16 +116,19 @@ def test_randomised_response_ln3_estimator_is_unbiased() -> None:
     assert abs(local.mean()) <= stats.norm.ppf(1 - A / 2) * se
 
 
+@pytest.mark.parametrize("query", ["mean", "histogram"])
 @pytest.mark.parametrize("side", ["local", "central"])
-def test_epsilon_lower_bound_never_exceeds_epsilon_beyond_the_binomial_bound(side: str) -> None:
+def test_epsilon_lower_bound_never_exceeds_epsilon_beyond_the_binomial_bound(
+    side: str, query: str
+) -> None:
     """Validity: 400 audits of correct randomisers at c = 0.95; ε_LB > ε in at most the
     Binomial(400, 0.05) upper 1e-3 quantile of them."""
     eps, c, repeats = 1.0, 0.95, 400
-    counts = lc.true_counts(query="histogram", n=100, k=4)
+    counts = lc.true_counts(query=query, n=100, k=4)
     mech = (
-        lc.local_randomiser(query="histogram", k=4, epsilon=eps, randomiser="k-rr")
+        lc.local_randomiser(query=query, k=4, epsilon=eps, randomiser="k-rr")
         if side == "local"
-        else lc.central_mechanism(counts, query="histogram", epsilon=eps)
+        else lc.central_mechanism(counts, query=query, epsilon=eps)
     )
     rng = np.random.default_rng(17)
     over = 0
