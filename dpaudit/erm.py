@@ -32,6 +32,7 @@ from dpaudit.errors import DpauditError
 __all__ = [
     "WorstCasePair",
     "gamma_ball_log_ratio",
+    "gamma_ball_pair_llr",
     "multiparty_average",
     "multiparty_owners",
     "regularised_logistic_optimum",
@@ -134,6 +135,31 @@ def gamma_ball_log_ratio(
     far = np.linalg.norm(theta - centre_out, axis=1)
     near = np.linalg.norm(theta - centre_in, axis=1)
     out: np.ndarray = (far - near) / scale
+    return out
+
+
+def gamma_ball_pair_llr(
+    distance: float, scale: float, dim: int, *, rng: np.random.Generator, size: int, arm: int
+) -> np.ndarray:
+    """Draws of the exact log-likelihood ratio of a pair at ``distance`` apart.
+
+    With b of density ∝ exp(−‖b‖/s) in ``dim`` dimensions, ‖b‖ = R ~ Gamma(dim, s) and
+    the cosine T of b's angle to c₁ − c₀ is that of a uniform direction,
+    T = 2·Beta((dim − 1)/2, (dim − 1)/2) − 1, independent of R. With D = ‖c₁ − c₀‖:
+    on D (arm 0, θ = c₀ + b) L = (R − √(R² − 2RDT + D²))/s; on D′ (arm 1, θ = c₁ + b)
+    L = (√(R² + 2RDT + D²) − R)/s. Two scalars per draw instead of a dim-vector.
+    """
+    r = rng.gamma(dim, scale, size)
+    if dim == 1:
+        cos = np.where(rng.random(size) < 0.5, -1.0, 1.0)
+    else:
+        cos = 2.0 * rng.beta((dim - 1) / 2, (dim - 1) / 2, size) - 1.0
+    if arm == 0:
+        out: np.ndarray = (
+            r - np.sqrt(np.maximum(r * r - 2 * r * distance * cos + distance**2, 0))
+        ) / scale
+    else:
+        out = (np.sqrt(np.maximum(r * r + 2 * r * distance * cos + distance**2, 0)) - r) / scale
     return out
 
 

@@ -514,28 +514,18 @@ def _worst_case_details(
     """Realised sensitivity, the ε it allows, and the ideal bound at this budget.
 
     The ideal bound simulates the exact log-likelihood ratio of the pair (10⁶ draws per
-    hypothesis of the mechanism's own noise) and counts it at the audit's trials
-    (half of them with the ``split`` threshold) and per-bound confidence level
-    (:func:`dpaudit.ideal.ideal_lower_bound`).
+    hypothesis of the mechanism's own noise, :func:`dpaudit.erm.gamma_ball_pair_llr`)
+    and counts it at the audit's trials (half of them with the ``split`` threshold) and
+    per-bound confidence level (:func:`dpaudit.ideal.ideal_lower_bound`).
     """
     from dpaudit import erm
     from dpaudit.ideal import ideal_lower_bound
 
     rng = np.random.default_rng([seed, _STREAM_DPSGD, 11])
-    d = worst.centre_out.size
-    draws = 1_000_000
-
-    def noise() -> np.ndarray:
-        u = rng.standard_normal((draws, d))
-        r = rng.gamma(d, worst.scale, size=draws)
-        out: np.ndarray = u * (r / np.linalg.norm(u, axis=1))[:, None]
-        return out
-
-    neg = erm.gamma_ball_log_ratio(
-        worst.centre_out + noise(), worst.centre_out, worst.centre_in, worst.scale
-    )
-    pos = erm.gamma_ball_log_ratio(
-        worst.centre_in + noise(), worst.centre_out, worst.centre_in, worst.scale
+    d, draws = worst.centre_out.size, 1_000_000
+    neg, pos = (
+        erm.gamma_ball_pair_llr(worst.realised, worst.scale, d, rng=rng, size=draws, arm=arm)
+        for arm in (0, 1)
     )
     counted = trials // 2 if threshold == "split" else trials
     ideal = ideal_lower_bound(neg, pos, trials=max(counted, 1), confidence_level=level)
