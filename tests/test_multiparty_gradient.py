@@ -342,3 +342,46 @@ def test_the_papers_sigma_meets_its_epsilon_only_up_to_about_8_at_delta_1e_5(eps
     zcdp = theory.zcdp_to_dp(rho, delta)
     assert zcdp == pytest.approx(epsilon + epsilon**2 / (4 * math.log(1 / delta)), rel=1e-12)
     assert (theory.gdp_epsilon(mu, delta) <= epsilon) is holds
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"parties": 3, "epsilon": 1.0, "lam": 0.1}, "needs 'delta' in \\[dpsgd\\]"),
+        (
+            {"parties": 2.5, "epsilon": 1.0, "delta": 1e-5, "lam": 0.1},
+            "'parties' parameter must be an integer >= 1. Got 2.5",
+        ),
+        ({"parties": 60, "epsilon": 1.0, "delta": 1e-5, "lam": 0.1}, "has no rows"),
+    ],
+)
+def test_bad_options_are_config_errors(options, message):
+    from dpaudit.errors import ConfigError
+
+    X, y = _data(50)
+    with pytest.raises(ConfigError, match=message):
+        multiparty_gradient_trainer(
+            X,
+            y,
+            np.ones((2, 50), dtype=bool),
+            seed=0,
+            canary=_white(X, np.array([False, True])),
+            settings=_settings(epochs=2, **options),
+        )
+
+
+def test_the_dirac_canary_needs_an_all_zero_feature():
+    from dpaudit.errors import ConfigError
+
+    X, y = _data(20)
+    X[:, -1] = 0.1
+    X /= np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))  # keep ‖x‖ ≤ 1
+    with pytest.raises(ConfigError, match="needs an all-zero feature"):
+        multiparty_gradient_trainer(
+            X,
+            y,
+            np.ones((2, 20), dtype=bool),
+            seed=0,
+            canary=_white(X, np.array([False, True])),
+            settings=_settings(epochs=2, parties=2, epsilon=1.0, delta=1e-5, lam=0.1),
+        )
