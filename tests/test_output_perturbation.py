@@ -245,6 +245,12 @@ def test_details_report_realised_and_ideal(tmp_path):
     # the ideal bound can never exceed the largest privacy loss of the pair
     assert 0 <= details["ideal_epsilon"] <= details["realised_epsilon"] <= 1.0
     assert not _violation(out)
+    # the report's test section states both, next to the calibrated sensitivity
+    from dpaudit.report import render_report
+
+    html = render_report({"tests": [out.tests[0].to_dict()]})
+    assert "Realised sensitivity ‖θ*(D) − θ*(D′)‖ = " in html
+    assert f"{details['calibrated_sensitivity']:.3g}" in html
 
 
 # ------------------------------------------------------------------------- validity
