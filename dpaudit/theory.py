@@ -560,6 +560,14 @@ def multiparty_gradient_perturbation_variance(
 ) -> float:
     """Noise variance σ² = 8G²T·ln(1/δ)/(m²·n₍₁₎²·ε²) for multi-party gradient perturbation.
 
+    This is the paper's calibration: ρ = ε²/(4 ln(1/δ)) zCDP, converted as if ρ-zCDP gave
+    (2√(ρ ln(1/δ)), δ)-DP, which drops the ρ term of the conversion (Bun, Steinke 2016,
+    Prop. 1.3: (ρ + 2√(ρ ln(1/δ)), δ)). The Gaussian steps are exactly μ-GDP with
+    μ = ε/√(2 ln(1/δ)), and that profile meets the stated ε at δ = 1e-5 only up to
+    ε ≈ 7.97 (at ε = 10 it is 10.52; tests/test_multiparty_gradient.py). dpaudit's
+    ``multiparty-gradient`` trainer therefore returns records of what ran (held against
+    the accountant), not the paper's (ε, δ).
+
     References:
         Jayaraman, Wang, Evans, Gu 2018 (NeurIPS), multi-party gradient perturbation
         (zCDP composition over T iterations, Bun, Steinke 2016).
