@@ -48,6 +48,9 @@ the record is not protected and nothing is claimed). The stated ε is what is cl
 the noise is computed separately from the same section (:func:`feature_noise`), so a
 randomiser that runs with less noise than it claims is what an audit can catch.
 
+The theorem numbers of Dwork, Roth 2014 above (3.16 basic composition, 2.1
+post-processing, 2.2 group privacy) are as recalled, not verified against the text.
+
 Nothing here imports torch.
 """
 
