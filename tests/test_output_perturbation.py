@@ -291,3 +291,22 @@ def test_no_false_violations_on_correct_noise_and_power_on_weak_noise(section):
     # power control: noise 10× too small (ε = 10 noise, ε = 1 claimed) → violations
     weak, _ = _simulated_bounds(section, scale_factor=0.1, repeats=20, trials=300)
     assert (weak > 1.0).sum() >= 18
+
+
+def test_no_false_violations_when_the_pair_realises_the_whole_claim():
+    # The sharp case: d = 1 and ‖c1 − c0‖ = s·ε, so the pair's privacy loss reaches ε = 1
+    # (Laplace noise): ε_LB gets close to 1 and a wrong bound would show. 400 audits of
+    # 1,000 closed-form draws per arm through the kind's bound code at c = 0.95: false
+    # violations at most the binomial 0.999-quantile for rate 0.05.
+    s = DpsgdSection.model_validate({**OP, "trials": 1000})
+    upper = from_claim(Claim(epsilon=1.0), delta=1e-5)
+    rng = np.random.default_rng(7)
+    bounds = []
+    for r in range(400):
+        neg, pos = (
+            erm.gamma_ball_pair_llr(0.5, 0.5, 1, rng=rng, size=1000, arm=arm) for arm in (0, 1)
+        )
+        bounds.append(_many_run_bounds(s, upper, neg, pos, level=0.95, seed=r)[0].value)
+    bounds = np.array(bounds)
+    assert np.median(bounds) > 0.5  # the design has power here
+    assert (bounds > 1.0).sum() <= stats.binom.ppf(0.999, 400, 0.05)
