@@ -136,8 +136,13 @@ class AuditedTarget:
             model=self.model,
             training=self.training,
             # The expected size under fair coins, not the realised count: the attacker's
-            # knowledge must not depend on the coins at all.
-            target_train_size=max(1, self.audited.size // 2),
+            # knowledge must not depend on the coins at all. The input-perturbation target
+            # trains on every slot (members and substitutes): its size is m, whatever the coins.
+            target_train_size=(
+                self.audited.size
+                if self.perturbation is not None
+                else max(1, self.audited.size // 2)
+            ),
             population_X=self.dataset.X[self.population],
             population_y=self.dataset.y[self.population],
             num_classes=self.dataset.num_classes,
