@@ -316,3 +316,42 @@ def test_model_audits_never_exceed_the_claim_beyond_the_binomial_allowance() -> 
         )
         violations += bound.value > EPSILON
     assert violations <= int(stats.binom.ppf(0.999, MODEL_REPEATS, 0.05))
+
+
+def test_a_unit_stores_the_claim_and_the_randomisers_as_they_ran() -> None:
+    """What the membership and attribute units store, and what their tests then name."""
+    from dpaudit.kinds import _targets
+    from dpaudit.sections import (
+        DataSection,
+        InputPerturbationSection,
+        ModelSection,
+        TrainingSection,
+    )
+
+    spec = _targets.TargetSpec(
+        data=DataSection(
+            dataset="statsmodels:fair", features=["age", "religious"], audited_size=40
+        ),
+        model=ModelSection(kind="logistic"),
+        training=TrainingSection(epochs=1, batch_size=8),
+        seed=3,
+        base_dir=".",
+        input_perturbation=InputPerturbationSection(
+            features="laplace", labels="k-rr", epsilon=1.0, label_share=0.25, bound=1.0
+        ),
+    )
+    target = _targets.train(spec, "input-perturbation", _targets.load(spec))
+    part = _targets.store_target(target, spec)
+    assert _targets.stored_upper(part, 1e-5).epsilon == 1.0  # type: ignore[union-attr]
+    details = _targets.stored_details(part)["input_perturbation"]
+    assert details["features"] == "laplace"
+    assert details["labels"] == "k-rr"
+    assert details["feature_epsilon"] == pytest.approx(0.75)
+    assert details["scale"] == pytest.approx(2 * 1.0 * 2 / 0.75)  # ℓ1 diameter 2·B·d over ε_f
+    assert details["truthful"] == k_rr_probabilities(k=2, epsilon=0.25)[0]
+    assert details["game"] == "replace-one"
+    assert details["substitutes"] == int((~target.membership).sum())
+    # the plain variant of the same spec stores neither
+    plain = _targets.store_target(_targets.train(spec, "plain", _targets.load(spec)), spec)
+    assert _targets.stored_upper(plain, 1e-5) is None
+    assert _targets.stored_details(plain) == {}
