@@ -310,3 +310,31 @@ def test_no_false_violations_when_the_pair_realises_the_whole_claim():
     bounds = np.array(bounds)
     assert np.median(bounds) > 0.5  # the design has power here
     assert (bounds > 1.0).sum() <= stats.binom.ppf(0.999, 400, 0.05)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"trainer": "dpsgd", "mechanism": None, "training": {"dp": {"noise_multiplier": 1}}},
+            "canary = 'worst-case' needs an ERM trainer ('output-perturbation', 'multiparty') "
+            "or 'mechanism' naming the density; got trainer='dpsgd'",
+        ),
+        (
+            {"trainer": "pkg.mod:fn", "mechanism": "multiparty"},
+            "canary = 'worst-case' with mechanism 'multiparty' needs options ['parties']",
+        ),
+        ({"canary": "clipbkd"}, "'mechanism' is used by canary = 'worst-case' only"),
+        (
+            {"threat_model": "white-box"},
+            "input canaries (mislabeled, ood, clipbkd, crafted, worst-case) black-box; "
+            "got canary='worst-case' with threat_model='white-box'",
+        ),
+    ],
+)
+def test_worst_case_section_errors(changes, message):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as err:
+        DpsgdSection.model_validate({**OP, **changes})
+    assert message in str(err.value)

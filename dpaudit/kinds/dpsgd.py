@@ -212,7 +212,8 @@ class DpsgdSection(Table):
         if (self.canary == "dirac") != (self.threat_model == "white-box"):
             raise ValueError(
                 "a 'dirac' gradient canary is observed white-box and input canaries "
-                f"({', '.join(INPUT_CANARY_KINDS)}) black-box; got canary={self.canary!r} "
+                f"({', '.join((*INPUT_CANARY_KINDS, 'worst-case'))}) black-box; "
+                f"got canary={self.canary!r} "
                 f"with threat_model={self.threat_model!r}"
             )
         if t in _ENGINE_TRAINERS and self.training.dp is None:
