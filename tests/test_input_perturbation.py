@@ -217,8 +217,19 @@ def test_claim_is_the_per_record_ldp_epsilon_and_enters_through_from_claim() -> 
     assert upper.source == "input perturbation claim"
     # pure ε-DP implies μ-GDP with μ = −2Φ⁻¹(1/(1 + e^ε)) (Dong, Roth, Su 2019, §2)
     assert upper.mu == pytest.approx(-2 * stats.norm.ppf(1 / (1 + math.exp(1.5))), rel=1e-12)
-    assert _targets.has_upper(part)
-    assert not _targets.has_upper({})
+    assert _targets.has_upper(part, 1e-5)
+    assert not _targets.has_upper({}, 1e-5)
+    # a Gaussian randomiser's claim with δ above the audit's is not held against bounds
+    # measured at the audit's δ: (ε, δ_c)-DP says nothing of ε at a smaller δ
+    gaussian = {"claim_epsilon": np.array([1.0]), "claim_delta": np.array([1e-4])}
+    assert _targets.stored_upper(gaussian, 1e-5) is None
+    assert not _targets.has_upper(gaussian, 1e-5)
+    assert _targets.stored_upper(gaussian, 1e-4) is not None
+    noted = _targets.stored_details({**gaussian, "perturbation": np.array("{}")}, 1e-5)
+    assert noted["input_perturbation"]["claim_note"] == (
+        "the claim's delta 0.0001 exceeds the audit's delta 1e-05: the bounds measured at "
+        "the audit's delta are not held against it"
+    )
 
 
 # ------------------------------------------------------------------------- validity
@@ -343,7 +354,7 @@ def test_a_unit_stores_the_claim_and_the_randomisers_as_they_ran() -> None:
     target = _targets.train(spec, "input-perturbation", _targets.load(spec))
     part = _targets.store_target(target, spec)
     assert _targets.stored_upper(part, 1e-5).epsilon == 1.0  # type: ignore[union-attr]
-    details = _targets.stored_details(part)["input_perturbation"]
+    details = _targets.stored_details(part, 1e-5)["input_perturbation"]
     assert details["features"] == "laplace"
     assert details["labels"] == "k-rr"
     assert details["feature_epsilon"] == pytest.approx(0.75)
@@ -354,4 +365,4 @@ def test_a_unit_stores_the_claim_and_the_randomisers_as_they_ran() -> None:
     # the plain variant of the same spec stores neither
     plain = _targets.store_target(_targets.train(spec, "plain", _targets.load(spec)), spec)
     assert _targets.stored_upper(plain, 1e-5) is None
-    assert _targets.stored_details(plain) == {}
+    assert _targets.stored_details(plain, 1e-5) == {}

@@ -137,36 +137,53 @@ def store_target(target: AuditedTarget, spec: TargetSpec) -> dict[str, np.ndarra
     return out
 
 
-def has_upper(part: Mapping[str, np.ndarray]) -> bool:
-    """Whether a stored target is held against an upper bound (a record or a claim)."""
-    return "noise_multiplier" in part or "claim_epsilon" in part
+def has_upper(part: Mapping[str, np.ndarray], delta: float) -> bool:
+    """Whether a stored target is held against an upper bound at the audit's ``delta``
+    (a record, or a claim whose δ is at most ``delta``: see :func:`stored_upper`)."""
+    return "noise_multiplier" in part or _claim_holds_at(part, delta)
+
+
+def _claim_holds_at(part: Mapping[str, np.ndarray], delta: float) -> bool:
+    # (ε, δ_c)-DP implies (ε, δ)-DP for δ ≥ δ_c only; the lower bounds are measured at the
+    # audit's δ, so a claim with a larger δ (a Gaussian randomiser's) is not held against
+    # them: it would say nothing about ε at the smaller δ.
+    return "claim_epsilon" in part and float(part["claim_delta"][0]) <= delta
 
 
 def stored_upper(part: Mapping[str, np.ndarray], delta: float) -> UpperBound | None:
     """The upper bound a stored target's lower bounds are held against: the accountant's
-    ε of its DP-SGD record, or the input-perturbation claim; ``None`` for neither."""
+    ε of its DP-SGD record, or the input-perturbation claim when its δ is at most
+    ``delta``; ``None`` otherwise."""
     from dpaudit.mechanisms import Claim
     from dpaudit.upper_bounds import from_claim, from_records
 
     record = stored_record(part)
     if record is not None:
         return from_records([record], delta, with_mu=False)
-    if "claim_epsilon" in part:
+    if _claim_holds_at(part, delta):
         claim = Claim(epsilon=float(part["claim_epsilon"][0]), delta=float(part["claim_delta"][0]))
         return from_claim(claim, delta, source="input perturbation claim")
     return None
 
 
-def stored_details(part: Mapping[str, np.ndarray]) -> dict[str, Any]:
+def stored_details(part: Mapping[str, np.ndarray], delta: float) -> dict[str, Any]:
     """The test details naming how the target was trained: ``record`` (DP-SGD) or
-    ``input_perturbation`` (the randomisers as they ran)."""
+    ``input_perturbation`` (the randomisers as they ran, and why a claim is not held
+    against the bounds measured at the audit's ``delta`` when it is not)."""
     import json
 
     record = stored_record(part)
     if record is not None:
         return {"record": record.to_dict()}
     if "perturbation" in part:
-        return {"input_perturbation": json.loads(str(part["perturbation"]))}
+        ran = json.loads(str(part["perturbation"]))
+        if "claim_epsilon" in part and not _claim_holds_at(part, delta):
+            ran["claim_note"] = (
+                f"the claim's delta {float(part['claim_delta'][0]):g} exceeds the audit's "
+                f"delta {delta:g}: the bounds measured at the audit's delta are not held "
+                "against it"
+            )
+        return {"input_perturbation": ran}
     return {}
 
 

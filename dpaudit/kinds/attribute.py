@@ -129,7 +129,7 @@ class AttributeKind(AuditKind[AttributeSection]):
             row = {k: v for k, v in result.to_dict().items() if k not in per_row}
             variant = unit.split("-", 2)[2]
             if "perturbation" in part:  # the randomisers as they ran
-                row.update(_targets.stored_details(part))
+                row.update(_targets.stored_details(part, context.delta))
             row["label"] = f"attribute inference on the {variant} target ({info['sensitive']})"
             rows.append(row)
         return KindSummary(attribute=tuple(rows), data_hash=data_hash)

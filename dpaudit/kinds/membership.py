@@ -441,7 +441,7 @@ def _own_scored(outputs: Outputs, context: RunContext) -> tuple[list[_Scored], s
             }
             last = i == len(attacks) - 1
             if last:
-                details.update(_targets.stored_details(part))
+                details.update(_targets.stored_details(part, context.delta))
             scored = _Scored(
                 test_id=f"{variant}-{a['attack']}",
                 label=f"{a['attack']} on the {variant} target",
@@ -509,7 +509,7 @@ class MembershipKind(AuditKind[MembershipSection]):
     def comparisons(self, section: MembershipSection, context: RunContext, outputs: Outputs) -> int:
         if context.shared.target.brought:
             return 0  # dpaudit does not know how a brought target was trained
-        with_record = sum(_targets.has_upper(part) for part in outputs.values())
+        with_record = sum(_targets.has_upper(part, context.delta) for part in outputs.values())
         return with_record * (1 if section.headline else len(section.attacks))
 
     def summarise(
