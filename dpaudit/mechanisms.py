@@ -15,6 +15,17 @@ User mechanisms are given as ``"pkg.module:function"`` with the protocol
 
 returning ``size`` independent real outputs of the mechanism on ``data`` (one of the two
 neighbouring inputs from the audit file). Larger outputs should point to the neighbour.
+A mechanism with VECTOR outputs returns a ``(size, d)`` array and names how to score it:
+
+    def log_density(outputs: numpy.ndarray, data: numpy.ndarray) -> numpy.ndarray  # (size,)
+
+the log density of each output under the mechanism run on ``data`` (the audit then scores
+each output by the exact log-likelihood ratio log p(y | D') − log p(y | D), the
+Neyman–Pearson statistic), or
+
+    def score(outputs: numpy.ndarray) -> numpy.ndarray  # (size,), larger = "D'"
+
+any score of the user's choice (valid for any score; a weak one gives a weak bound).
 """
 
 from __future__ import annotations
@@ -365,15 +376,76 @@ def load_callable(spec: str, *, what: str = "mechanism") -> MechanismFn:
     return fn
 
 
-def user_mechanism(spec: str, *, data: tuple[Any, Any]) -> Mechanism:
-    """Wrap a user callable following the module docstring's protocol."""
+def user_mechanism(
+    spec: str,
+    *,
+    data: tuple[Any, Any],
+    log_density: str | None = None,
+    score: str | None = None,
+) -> Mechanism:
+    """Wrap a user callable following the module docstring's protocol.
+
+    Args:
+        spec: ``"pkg.module:function"``, the mechanism.
+        data: the two neighbouring inputs (D, D').
+        log_density: ``"pkg.module:function"`` giving log p(y | data): outputs are then
+            scored by the exact log-likelihood ratio.
+        score: ``"pkg.module:function"`` mapping outputs to scores (larger = D').
+
+    Raises:
+        ConfigError: both ``log_density`` and ``score`` are given.
+        DpauditError: at run time, vector outputs without either, or a scorer that does
+            not return one finite number per output.
+    """
+    if log_density is not None and score is not None:
+        raise ConfigError("Give 'log_density' or 'score' for a user mechanism, not both.")
     fn = load_callable(spec)
     inputs = (np.asarray(data[0]), np.asarray(data[1]))
+    density = None if log_density is None else load_callable(log_density, what="log density")
+    scorer = None if score is None else load_callable(score, what="score")
+
+    def to_scores(outputs: np.ndarray) -> np.ndarray:
+        if density is not None:
+            logp1 = np.asarray(density(outputs, inputs[1]), dtype=float)
+            logp0 = np.asarray(density(outputs, inputs[0]), dtype=float)
+            with np.errstate(invalid="ignore"):
+                return _user_scores(logp1 - logp0, outputs, log_density)
+        if scorer is not None:
+            return _user_scores(np.asarray(scorer(outputs), dtype=float), outputs, score)
+        if outputs.ndim > 1 and outputs.shape[1:] != (1,) * (outputs.ndim - 1):
+            raise DpauditError(
+                f"Mechanism {spec!r} returned outputs of shape {outputs.shape}: vector outputs "
+                "need [mechanism] log_density = 'pkg.module:function' (scored by the "
+                "likelihood ratio) or score = 'pkg.module:function'."
+            )
+        return outputs
 
     def sample(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
-        return fn(inputs[neighbour], rng=rng, size=size)
+        return to_scores(np.asarray(fn(inputs[neighbour], rng=rng, size=size), dtype=float))
 
-    return Mechanism(spec, sample, {"callable": spec})
+    parameters: dict[str, Any] = {"callable": spec}
+    if log_density is not None:
+        parameters["log_density"] = log_density
+    if score is not None:
+        parameters["score"] = score
+    return Mechanism(spec, sample, parameters)
+
+
+def _user_scores(values: np.ndarray, outputs: np.ndarray, where: str | None) -> np.ndarray:
+    """One finite score per output from a user's scorer (a +∞/−∞ pair is a certain answer)."""
+    values = values.reshape(-1)
+    if values.size != outputs.shape[0]:
+        raise DpauditError(
+            f"{where!r} returned {values.size} values for {outputs.shape[0]} outputs; one per "
+            "output is needed."
+        )
+    if np.any(np.isnan(values)):
+        raise DpauditError(f"{where!r} gave NaN for some outputs (both densities zero?).")
+    # An output impossible under one neighbour identifies it for certain: keep the order
+    # (any threshold test is valid) with finite stand-ins beyond every finite score.
+    finite = values[np.isfinite(values)]
+    top = float(np.max(np.abs(finite))) + 1.0 if finite.size else 1.0
+    return np.clip(values, -top, top)
 
 
 def theoretical_claim(name: str, parameters: dict[str, Any]) -> Claim:

@@ -114,6 +114,8 @@ class MechanismSection(Table):
     domain: tuple[float, float] | None = None
     records: Vectors | None = None
     data: tuple[list[float], list[float]] | None = None
+    log_density: str | None = None
+    score: str | None = None
     trials: Annotated[int, Field(ge=2, le=100_000_000)] = 100_000
     threshold: Literal["split", "bonferroni"] = "split"
     claim: MechanismClaim | None = None
@@ -149,6 +151,14 @@ class MechanismSection(Table):
             raise ValueError(f"'query' (f(D), f(D')): {exc}") from None
         if ":" in name and self.claim is None:
             raise ValueError(f"a user mechanism ({name!r}) needs a [mechanism.claim] table")
+        for key in ("log_density", "score"):
+            if getattr(self, key) is not None and ":" not in name:
+                raise ValueError(
+                    f"'{key}' scores a user mechanism's outputs; {name!r} is built in and "
+                    "scores its own"
+                )
+        if self.log_density is not None and self.score is not None:
+            raise ValueError("give 'log_density' or 'score' for a user mechanism, not both")
         return self
 
     def _only_where_used(self) -> None:
@@ -303,7 +313,7 @@ def build_mechanism(m: MechanismSection, base_dir: str) -> Mechanism:
     if base_dir not in sys.path:
         sys.path.insert(0, base_dir)
     data = m.data if m.data is not None else ([0.0], [m.sensitivity])
-    return user_mechanism(m.name, data=data)
+    return user_mechanism(m.name, data=data, log_density=m.log_density, score=m.score)
 
 
 def mechanism_unit(spec: MechanismSpec, unit: str) -> dict[str, np.ndarray]:
@@ -382,6 +392,12 @@ class MechanismKind(AuditKind[MechanismSection]):
                 "mechanism_file": plugin_digest(section.name, context)
                 if ":" in section.name
                 else None,
+                # ... and so is the code that scores its outputs
+                **{
+                    f"{key}_file": plugin_digest(getattr(section, key), context)
+                    for key in ("log_density", "score")
+                    if getattr(section, key) is not None
+                },
             },
             description="sampling mechanism",
         )
