@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -195,3 +196,27 @@ def test_identification_imports_neither_torch_nor_dp_accounting() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_mechanism_audits_carry_the_identification_in_results_and_report(tmp_path) -> None:
+    # The mechanism kind identifies the mechanism that RAN from its exact profile: Laplace
+    # with ε = 1 is not exactly GDP and lies in the bracket identify_mechanism gives
+    # (μ* ∈ [1.03006, 1.03109]); a user callable has no known profile (None).
+    import json
+
+    from dpaudit.audit import run_audit
+
+    audits = Path(__file__).resolve().parents[1] / "audits"
+    run_audit(audits / "laplace.toml", output_dir=tmp_path / "lap")
+    data = json.loads((tmp_path / "lap" / "results.json").read_text(encoding="utf-8"))
+    found = data["tests"][0]["mechanism"]["identification"]
+    direct = identify_mechanism("laplace", {"sensitivity": 1.0, "scale": 1.0})
+    assert found["exact"] is False
+    assert found["bracket"] == [direct.bracket.low, direct.bracket.high]
+    assert found["bracket"][0] == pytest.approx(1.03006, abs=1e-5)
+    html = (tmp_path / "lap" / "report.html").read_text(encoding="utf-8")
+    assert "GDP identification from the mechanism&#39;s exact privacy profile" in html or (
+        "GDP identification from the mechanism's exact privacy profile" in html
+    )
+    user = run_audit(audits / "user-mechanism.toml", write=False)
+    assert user.to_dict()["tests"][0]["mechanism"]["identification"] is None

@@ -12,12 +12,12 @@ import hashlib
 import json
 import math
 import sys
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from dpaudit.errors import ConfigError
+from dpaudit.errors import ConfigError, DpauditError
 from dpaudit.kinds.base import (
     AuditKind,
     KindSummary,
@@ -464,6 +464,7 @@ class MechanismKind(AuditKind[MechanismSection]):
                 "claim": claim.to_dict(),
                 "claim_source": source,
                 "claim_rho": section.claim.rho if section.claim is not None else None,
+                "identification": _identification(mech),
             },
         )
         warnings = []
@@ -480,6 +481,26 @@ class MechanismKind(AuditKind[MechanismSection]):
         data = _audited_inputs(section)
         data_hash = hashlib.sha256(json.dumps(data).encode()).hexdigest()
         return KindSummary((summary,), tuple(comparisons), (), tuple(warnings), data_hash)
+
+
+def _identification(mech: Mechanism) -> dict[str, Any] | None:
+    """Whether the mechanism that ran is μ-GDP, and for which μ (Liu, Sun, Jiang, Kong 2022),
+    from its exact privacy profile; None for a mechanism without a known profile (a user
+    callable, or parameters the profile does not cover)."""
+    from dpaudit.identification import IDENTIFIABLE_MECHANISMS, identify_mechanism
+
+    if mech.name not in IDENTIFIABLE_MECHANISMS:
+        return None
+    try:
+        found = identify_mechanism(mech.name, mech.parameters)
+    except DpauditError:
+        return None
+    return {
+        "exact": found.exact,
+        "mu": found.mu,
+        "bracket": [found.bracket.low, found.bracket.high],
+        "summary": found.summary,
+    }
 
 
 KIND = MechanismKind()
