@@ -48,14 +48,23 @@ MechanismFn = Callable[..., Any]
 
 @dataclass(frozen=True)
 class Claim:
-    """The privacy a mechanism or trainer claims: (ε, δ)-DP and/or μ-GDP."""
+    """The privacy a mechanism or trainer claims: (ε, δ)-DP and/or μ-GDP, or ρ-zCDP.
+
+    A ρ-zCDP claim (``rho``, alone) is held as (ρ + 2√(ρ ln(1/δ)), δ)-DP at the audit's δ
+    (Bun, Steinke 2016, Prop. 1.3) and implies no μ-GDP bound
+    (:func:`dpaudit.upper_bounds.from_claim`).
+    """
 
     epsilon: float | None = None
     delta: float = 0.0
     mu: float | None = None
+    rho: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon, "delta": self.delta, "mu": self.mu}
+        out: dict[str, Any] = {"epsilon": self.epsilon, "delta": self.delta, "mu": self.mu}
+        if self.rho is not None:
+            out["rho"] = self.rho
+        return out
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,7 @@ class TrainerOutput:
         if self.records is None and self.claim is None:
             raise DpauditError(
                 "A trainer must return what it ran: 'records' (DPSGDRecord per model) or "
-                "'claim' (epsilon, delta, mu). Got neither."
+                "'claim' (epsilon, delta, mu or rho). Got neither."
             )
 
 

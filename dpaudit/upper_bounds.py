@@ -21,7 +21,7 @@ import numpy as np
 
 from dpaudit.mechanisms import Claim
 from dpaudit.records import DPSGDRecord
-from dpaudit.theory import gdp_epsilon, mu_from_pure_dp
+from dpaudit.theory import gdp_epsilon, mu_from_pure_dp, zcdp_to_dp
 
 __all__ = [
     "RECORD_KEYS",
@@ -141,17 +141,30 @@ def from_records(
 def from_claim(claim: Claim, delta: float, *, source: str = "trainer claim") -> UpperBound:
     """The bounds a stated guarantee gives.
 
-    An ε claim is held at its own δ; a μ-only claim gives ε(δ) of μ-GDP at ``delta``
-    (Dong, Roth, Su 2019, Cor. 2.13). A pure ε-DP claim (δ = 0) implies μ-GDP with
+    A ρ-zCDP claim gives (ρ + 2√(ρ ln(1/δ)), δ)-DP at ``delta`` and no μ (Bun, Steinke
+    2016, Prop. 1.3). An ε claim is held at its own δ; a μ-only claim gives ε(δ) of μ-GDP
+    at ``delta`` (Dong, Roth, Su 2019, Cor. 2.13). A pure ε-DP claim (δ = 0) implies μ-GDP with
     μ = −2Φ⁻¹(1/(1 + e^ε)): G_μ is convex and meets f_{ε,0} at its kink, so it lies below
     both of f_{ε,0}'s lines (Dong, Roth, Su 2019, §2). (ε, δ > 0) implies no finite μ.
     """
+    if claim.rho is not None:
+        if claim.epsilon is not None or claim.mu is not None:
+            raise ValueError("a claim gives 'rho' (zCDP) alone, or 'epsilon'/'mu' without it")
+        if not delta > 0.0:
+            raise ValueError(
+                "a 'rho' (zCDP) claim is held as (epsilon, delta)-DP at [audit] delta, which "
+                f"must then be > 0; got delta = {delta}"
+            )
+        # ρ-zCDP ⇒ (ρ + 2√(ρ ln(1/δ)), δ)-DP for every δ > 0 (Bun, Steinke 2016,
+        # Prop. 1.3); zCDP implies no μ-GDP bound.
+        eps = zcdp_to_dp(claim.rho, delta)
+        return UpperBound(eps, delta, None, source, {"claim": claim.to_dict()})
     if claim.epsilon is not None:
         eps_upper, eps_delta = claim.epsilon, claim.delta
     elif claim.mu is not None:
         eps_upper, eps_delta = gdp_epsilon(claim.mu, delta), delta
     else:
-        raise ValueError("a claim needs epsilon or mu")
+        raise ValueError("a claim needs epsilon, mu or rho")
     mu_upper: float | None
     if claim.mu is not None:
         mu_upper = claim.mu

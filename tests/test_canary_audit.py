@@ -355,3 +355,53 @@ def test_mu_bound_against_a_bracket_with_a_tail_uses_inflated_rates(tmp_path, mo
         float(mu_from_rates(mu.lower.fpr.high + 0.05, mu.lower.fnr.high + 0.05))
     )
     assert mu.lower.value < float(mu_from_rates(mu.lower.fpr.high, mu.lower.fnr.high))
+
+
+def test_a_trainer_can_claim_rho_zcdp(tmp_path: Path) -> None:
+    # A user trainer stating ρ-zCDP instead of records: full-batch DP-GD with σ = √T/μ
+    # is exactly μ-GDP and ρ = μ²/2 zCDP (Bun, Steinke 2016, Prop. 1.6); the kind holds the
+    # claim as (ρ + 2√(ρ ln(1/δ)), δ)-DP at the audit's δ (Prop. 1.3), with no μ bound.
+    import json
+    import math
+
+    from dpaudit.audit import run_audit
+    from dpaudit.theory import zcdp_to_dp
+
+    (tmp_path / "rho_trainer.py").write_text(
+        "from plugins.my_trainer import noisy_gradient_descent\n\n"
+        "def train(X, y, membership, *, seed, canary, settings):\n"
+        "    out = noisy_gradient_descent(X, y, membership, seed=seed, canary=canary,"
+        " settings=settings)\n"
+        "    return {'scores': out['scores'], 'claim': {'rho': 0.5}}\n",
+        encoding="utf-8",
+    )
+    source = (Path(__file__).resolve().parents[1] / "audits" / "dpsgd-user-trainer.toml").read_text(
+        encoding="utf-8"
+    )
+    (tmp_path / "plugins").symlink_to(Path(__file__).resolve().parents[1] / "audits" / "plugins")
+    audit = tmp_path / "rho.toml"
+    audit.write_text(
+        source.replace('"plugins.my_trainer:noisy_gradient_descent"', '"rho_trainer:train"'),
+        encoding="utf-8",
+    )
+    run_audit(audit, output_dir=tmp_path / "run")
+    data = json.loads((tmp_path / "run" / "results.json").read_text(encoding="utf-8"))
+    eps = [b for b in data["bounds"] if b["parameter"] == "epsilon" and b["in_verdict"]]
+    assert eps[0]["upper"] == pytest.approx(zcdp_to_dp(0.5, 1e-5))
+    assert eps[0]["upper"] == pytest.approx(0.5 + 2 * math.sqrt(0.5 * math.log(1e5)))
+    # zCDP implies no μ-GDP bound: no μ comparison in the verdict.
+    assert not [b for b in data["bounds"] if b["parameter"] == "mu" and b["in_verdict"]]
+    assert data["verdict"] == "pass"
+
+
+def test_a_rho_claim_is_alone_and_needs_a_positive_delta() -> None:
+    from dpaudit.mechanisms import Claim
+    from dpaudit.upper_bounds import from_claim
+
+    with pytest.raises(ValueError, match=r"a claim gives 'rho' \(zCDP\) alone"):
+        from_claim(Claim(epsilon=1.0, rho=0.5), 1e-5)
+    with pytest.raises(ValueError, match=r"must then be > 0; got delta = 0\.0"):
+        from_claim(Claim(rho=0.5), 0.0)
+    upper = from_claim(Claim(rho=0.5), 1e-6)
+    assert (upper.epsilon_delta, upper.mu) == (1e-6, None)
+    assert upper.detail == {"claim": {"epsilon": None, "delta": 0.0, "mu": None, "rho": 0.5}}

@@ -6,7 +6,7 @@ Protocol (see :mod:`dpaudit.trainers`)::
 
 It must return the canary's score per model ("scores", larger = canary in) or the
 trained models ("models"), and what it actually ran ("records": one DPSGDRecord per
-model, or "claim": {"epsilon": .., "delta": .., "mu": ..}).
+model, or "claim": {"epsilon": .., "delta": .., "mu": ..} or {"rho": ..}).
 """
 
 from __future__ import annotations

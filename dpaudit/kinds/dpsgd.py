@@ -704,6 +704,7 @@ def _ran_arrays(out: TrainerOutput) -> dict[str, np.ndarray]:
                 c.epsilon if c.epsilon is not None else nan,
                 c.delta,
                 c.mu if c.mu is not None else nan,
+                c.rho if c.rho is not None else nan,
             ]
         )
     }
@@ -841,7 +842,17 @@ def _claim_upper(parts: list[Mapping[str, np.ndarray]], delta: float) -> UpperBo
     from dpaudit.mechanisms import Claim
     from dpaudit.upper_bounds import from_claim
 
-    claims = np.concatenate([p["claim"].reshape(1, 3) for p in parts])
+    # (ε, δ, μ, ρ) per unit; units stored before ρ claims existed hold the first three.
+    claims = np.concatenate(
+        [
+            np.pad(
+                p["claim"].reshape(1, -1),
+                ((0, 0), (0, 4 - p["claim"].size)),
+                constant_values=np.nan,
+            )
+            for p in parts
+        ]
+    )
 
     def largest(column: np.ndarray) -> float | None:
         # The claim must cover every model: keep the weakest (largest) one stated.
@@ -849,7 +860,10 @@ def _claim_upper(parts: list[Mapping[str, np.ndarray]], delta: float) -> UpperBo
         return float(finite_or_inf.max()) if finite_or_inf.size else None
 
     claim = Claim(
-        epsilon=largest(claims[:, 0]), delta=float(claims[:, 1].max()), mu=largest(claims[:, 2])
+        epsilon=largest(claims[:, 0]),
+        delta=float(claims[:, 1].max()),
+        mu=largest(claims[:, 2]),
+        rho=largest(claims[:, 3]),
     )
     return from_claim(claim, delta)
 
