@@ -589,26 +589,10 @@ def _binary_labels(y: np.ndarray, settings: TrainerSettings, name: str) -> np.nd
     return np.where(np.asarray(y) == 1, 1.0, -1.0)
 
 
-def regularised_logistic_optimum(
-    X: np.ndarray,
-    signs: np.ndarray,
-    membership: np.ndarray,
-    *,
-    lam: float,
-    average: bool = True,
-    iterations: int = 30,
-) -> np.ndarray:
-    """The minimisers w_k of (1/n_k)·Σ_{i∈k} log(1 + e^{−y_i⟨w, x_i⟩}) + (λ/2)‖w‖².
-
-    See :func:`dpaudit.erm.regularised_logistic_optimum` (Newton, float64, once per
-    distinct membership row); ``average = False`` is the planted "no 1/n" bug of the tests.
-
-    Returns:
-        ``(K, d)`` minimisers.
-    """
-    return erm.regularised_logistic_optimum(
-        X, signs, membership, lam=lam, average=average, iterations=iterations
-    )
+#: The exact minimisers of regularised logistic regression (Newton, float64, once per
+#: distinct membership row; ``average = False`` is the planted "no 1/n" bug of the tests),
+#: re-exported from :mod:`dpaudit.erm`, where the worst-case pair search uses them too.
+regularised_logistic_optimum = erm.regularised_logistic_optimum
 
 
 def _gamma_ball_noise(
