@@ -50,6 +50,7 @@ import torch
 
 from dpaudit import accounting
 from dpaudit.data import load_dataset
+from dpaudit.kinds.membership import REFERENCE_ATTACKS
 from dpaudit.membership import (
     audit_attribute,
     audit_membership,
@@ -276,19 +277,7 @@ def main() -> None:
         )
 
 
-VARIANTS = (
-    "lira",
-    "lira-online",
-    "lira-offline",
-    "lira-online-global",
-    "lira-offline-global",
-    "lira-online-shrunk",
-    "lira-offline-shrunk",
-    "lira-online-shrunk-t",
-    "lira-offline-shrunk-t",
-    "rmia",
-    "rmia-offline",
-)
+VARIANTS = REFERENCE_ATTACKS  # every LiRA variant and RMIA, as the membership kind lists them
 
 
 def show_variants(target, *, seed: int, label: str, accountant_epsilon: float | None) -> None:

@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -82,19 +82,9 @@ Attack = Literal[
     "rmia",
     "rmia-offline",
 ]
-#: Attacks that read one shared reference set (LiRA's variants and RMIA).
-REFERENCE_ATTACKS: tuple[Attack, ...] = (
-    "lira",
-    "lira-online",
-    "lira-offline",
-    "lira-online-global",
-    "lira-offline-global",
-    "lira-online-shrunk",
-    "lira-offline-shrunk",
-    "lira-online-shrunk-t",
-    "lira-offline-shrunk-t",
-    "rmia",
-    "rmia-offline",
+#: Attacks that read one shared reference set (LiRA's variants and RMIA): all but two.
+REFERENCE_ATTACKS: tuple[Attack, ...] = tuple(
+    a for a in get_args(Attack) if a not in ("loss", "shadow")
 )
 _RMIA_ATTACKS = ("rmia", "rmia-offline")
 _TRAINS_REFERENCES = ("shadow", *REFERENCE_ATTACKS)
