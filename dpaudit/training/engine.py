@@ -964,6 +964,7 @@ def train_many(
     step_observer: Callable[[StepInfo], None] | None = None,
     gradient_canary: GradientCanary | None = None,
     coordinate_canaries: CoordinateCanaries | None = None,
+    processes: int | None = None,
 ) -> TrainResult:
     """Train K logistic-regression or MLP models at once, plain or with DP-SGD.
 
@@ -1006,6 +1007,11 @@ def train_many(
             each is an extra record whose clipped gradient C·e_j joins the sum before
             the division by q·n. Their running sums come back in
             :attr:`~dpaudit.training.TrainResult.canary_sums`.
+        processes: worker processes that train the run's chunks (one intra-op thread
+            each; :mod:`dpaudit.training.parallel`), bit for bit the models of one
+            process. ``None`` (auto): one per available core, but 1 inside a pool
+            worker, 1 when the run is a single chunk or too small to pay for process
+            start-up, and ``DPAUDIT_TRAINING_PROCESSES`` when set. ``1``: this process.
 
     Returns:
         A :class:`~dpaudit.training.TrainResult`: the trained
@@ -1031,6 +1037,47 @@ def train_many(
     x, labels, mask, classes = _prepare_data(
         X, y, membership, num_classes=num_classes, dtype=dtype, device=device
     )
+    from dpaudit.training.parallel import plan_processes, train_in_processes
+
+    sizer = LinearStackBackend(model, x.shape[1], classes)
+    # Shape, dtype and device of the (K, P) parameters without allocating them.
+    like = torch.empty((1, sizer.num_parameters), dtype=dtype, device=x.device)
+    workers, chunks = plan_processes(
+        processes,
+        membership=mask,
+        training=training,
+        num_parameters=sizer.num_parameters,
+        chunk=lambda: (
+            _plan_run(
+                sizer,
+                like.expand(mask.shape[0], -1),
+                mask,
+                training=training,
+                memory_budget_bytes=memory_budget_bytes,
+                gradient_canary=None,
+            ).chunk
+        ),
+        extensions=(step_observer, gradient_canary, coordinate_canaries),
+        device=x.device,
+    )
+    if workers > 1:
+        return train_in_processes(
+            train_many,
+            x,
+            labels,
+            mask,
+            chunks=chunks,
+            processes=workers,
+            model=model,
+            num_classes=classes,
+            progress=progress,
+            started=started,
+            training=training,
+            seed=seed,
+            dtype=dtype,
+            memory_budget_bytes=memory_budget_bytes,
+            model_offset=model_offset,
+        )
     stack = ModelStack.init(
         model,
         num_models=mask.shape[0],
