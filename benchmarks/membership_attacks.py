@@ -147,6 +147,7 @@ def main() -> None:
             ds,
             model=MODEL,
             training=PLAIN,
+            attacks=("loss", "shadow", "lira"),
             audited_size=AUDITED,
             num_reference_models=64,
             seed=args.seed,
@@ -179,7 +180,12 @@ def main() -> None:
         ratios, shadow_wins = [], 0
         for seed in range(args.sweep):
             swept = audit_membership(
-                ds, model=MODEL, training=PLAIN, audited_size=AUDITED, seed=seed
+                ds,
+                model=MODEL,
+                training=PLAIN,
+                attacks=("loss", "shadow", "lira"),
+                audited_size=AUDITED,
+                seed=seed,
             )
             by_attack = {x.attack: x.metrics for x in swept.outcomes}
             t = {k: v.tpr_at_fpr[1].tpr for k, v in by_attack.items()}
@@ -219,6 +225,7 @@ def main() -> None:
         ds,
         model=MODEL,
         training=dp_training,
+        attacks=("loss", "shadow", "lira"),
         audited_size=AUDITED,
         num_reference_models=64,
         seed=args.seed,
@@ -339,7 +346,9 @@ GRID_KS = (16, 64)
 GRID_METRICS = (("TPR@1%", 0.01), ("TPR@0.1%", 0.001), ("AUC", None))
 #: The named variants compared (``"lira"``, the configurable attack, duplicates one of
 #: them: online, variance "auto"); the loss attack is shown as a baseline only.
-GRID_CANDIDATES = VARIANTS[1:]
+GRID_CANDIDATES = tuple(v for v in VARIANTS[1:] if v != "auto")
+#: Per (dataset, K): the variant "auto" chose at each seed (filled by run_grid).
+AUTO_CHOICES: dict[tuple[str, int], list[str]] = {}
 
 
 def configured_default() -> str:
@@ -383,9 +392,17 @@ def grid_cell_scores(target, *, k: int, seed: int) -> dict[str, np.ndarray]:
     attacks = [get_attack(name, num_reference_models=k) for name in names]
     scores = score_with_shared_references(context, X, y, attacks, seed=attack_seed(seed, 2))
     out = {"loss": np.asarray(LossAttack().score(context, X, y, seed=attack_seed(seed, 0)))[0]}
-    for name, s in zip(names, scores, strict=True):
+    out_choice = LAST_CHOICE
+    out_choice.clear()
+    for name, s, attack in zip(names, scores, attacks, strict=True):
         out[name] = np.asarray(s, dtype=np.float64)[0]
+        if attack.outcome():
+            out_choice[name] = attack.outcome()["selected"]
     return out
+
+
+#: What attacks that choose (``"auto"``) chose in the last :func:`grid_cell_scores` call.
+LAST_CHOICE: dict[str, str] = {}
 
 
 def grid_metrics(scores: np.ndarray, coins: np.ndarray) -> dict[str, float]:
@@ -426,6 +443,8 @@ def run_grid(*, seeds: range, json_path: str | None) -> None:
             for k in GRID_KS:
                 c1, t1 = time.process_time(), time.perf_counter()
                 scores = grid_cell_scores(target, k=k, seed=seed)
+                if "auto" in LAST_CHOICE:
+                    AUTO_CHOICES.setdefault((dataset_name, k), []).append(LAST_CHOICE["auto"])
                 for name, row in scores.items():
                     per = values[dataset_name][k].setdefault(name, {})
                     for label, value in grid_metrics(row, coins).items():
@@ -455,6 +474,8 @@ def run_grid(*, seeds: range, json_path: str | None) -> None:
     for dataset_name, per_k in values.items():
         for k, per_attack in per_k.items():
             verdicts += show_grid_cell(dataset_name, k, per_attack, default=default)
+    for (dataset_name, k), chosen in AUTO_CHOICES.items():
+        print(f"'auto' chose, {dataset_name} K={k}, seeds in order: {', '.join(chosen)}")
     print("\n### Is the configured default within the best variant's seed range?\n")
     print(
         "| dataset | K | metric | default (= variant) median "
@@ -506,6 +527,7 @@ def run_grid(*, seeds: range, json_path: str | None) -> None:
                     "values": {d: {str(k): a for k, a in pk.items()} for d, pk in values.items()},
                     "verdicts": verdicts,
                     "cost": cost,
+                    "auto_choices": {f"{d} K={k}": c for (d, k), c in AUTO_CHOICES.items()},
                 },
                 f,
                 indent=1,

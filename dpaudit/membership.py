@@ -497,6 +497,9 @@ def resolve_attacks(
             out.append(ShadowAttack(num_shadow_models=num_shadow_models))
         else:
             attack = get_attack(a)
+            if "num_reference_models" in attack.options():
+                # every reference attack (LiRA's variants, RMIA, "auto") gets the K asked for
+                attack = get_attack(a, num_reference_models=num_reference_models)
             if not isinstance(attack, MembershipAttack):
                 raise DpauditError(f"The attack {a!r} is not a membership attack.")
             out.append(attack)
@@ -546,7 +549,9 @@ def score_attacks(
                 f"The {attack.name!r} attack returned {int((~np.isfinite(scores)).sum())} "
                 f"non-finite scores."
             )
-        out.append(AttackScores(attack.name, attack.options(), scores, time.perf_counter() - t0))
+        out.append(
+            AttackScores(attack.name, attack.described_options(), scores, time.perf_counter() - t0)
+        )
     return tuple(out)
 
 
@@ -555,7 +560,7 @@ def audit_membership(
     *,
     model: ModelSpec,
     training: TrainingSpec,
-    attacks: Sequence[str | MembershipAttack] = ("loss", "shadow", "lira"),
+    attacks: Sequence[str | MembershipAttack] = ("loss", "shadow", "auto"),
     audited_size: int,
     population_size: int | None = None,
     num_reference_models: int = 64,
@@ -719,7 +724,7 @@ def _summarise(
         notes.append(f"heuristic mu: {exc}")
     return AttackOutcome(
         attack=attack.name,
-        options=attack.options(),
+        options=attack.described_options(),
         scores=scores,
         metrics=metrics,
         one_run=one_run,

@@ -1011,7 +1011,7 @@ def byo_unit(config: ByoSpec, unit: str) -> dict[str, np.ndarray]:
     scores = np.asarray(attack.score(context, _standardise(data, X_raw), y, seed=seed))[0]
     info = {
         "attack": name,
-        "options": attack.options(),
+        "options": attack.described_options(),
         "target": target.description,
         "warnings": warnings,
         "accuracy": _accuracy(target, X_raw, y, data.membership),

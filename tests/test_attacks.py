@@ -39,6 +39,7 @@ SMALL_OPTIONS = {
     "shadow": {"num_shadow_models": 3},
     "lira": {"num_reference_models": 4},
     "rmia": {"num_reference_models": 4, "population_samples": 50},
+    "auto": {"num_reference_models": 4, "population_samples": 50},
     "attribute": {},
 }
 TRAINING = TrainingSpec(epochs=5, batch_size=32, learning_rate=0.1)
@@ -320,7 +321,8 @@ def test_sensitive_prior_smoothing() -> None:
 
 def test_registry_errors_list_valid_names() -> None:
     with pytest.raises(
-        ConfigError, match=r"one of \{'loss', 'shadow', 'lira', 'rmia', 'attribute', 'lira-online'"
+        ConfigError,
+        match=r"one of \{'loss', 'shadow', 'lira', 'rmia', 'auto', 'attribute', 'lira-online'",
     ):
         get_attack("mia")
     with pytest.raises(ConfigError, match=r"Unknown option\(s\) \['k'\] for attack 'lira'"):
@@ -333,7 +335,7 @@ def test_registry_errors_list_valid_names() -> None:
         ConfigError, match=r"Unknown option\(s\) \['variant'\] for attack 'lira-offline'"
     ):
         get_attack("lira-offline", variant="online")
-    assert set(MEMBERSHIP_ATTACKS) == {"loss", "shadow", "lira", "rmia"}
+    assert set(MEMBERSHIP_ATTACKS) == {"loss", "shadow", "lira", "rmia", "auto"}
     assert set(ATTACK_VARIANTS) == {
         "lira-online",
         "lira-offline",

@@ -14,6 +14,9 @@ Named variants (:data:`ATTACK_VARIANTS`) are registered attacks with fixed optio
   (Gaussian, or Student-t predictive);
 - ``"rmia-offline"``: RMIA with OUT models only (``"rmia"`` itself is online).
 
+``"auto"`` (:class:`AutoAttack`) scores with whichever online LiRA variant or RMIA has the
+highest TPR at low FPR when each reference model in turn plays the target.
+
 LiRA's variants and RMIA read the same reference models:
 :func:`score_with_shared_references` trains them once for all of them.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from dpaudit.attacks.attribute import AttributeAttack, sensitive_prior
+from dpaudit.attacks.auto import AUTO_CANDIDATES, AutoAttack
 from dpaudit.attacks.base import AttackContext, MembershipAttack, logit_confidence
 from dpaudit.attacks.lira import LIRA_VARIANTS, LiraAttack, balanced_halves, lira_scores
 from dpaudit.attacks.loss import LossAttack
@@ -39,9 +43,11 @@ from dpaudit.errors import ConfigError
 __all__ = [
     "ATTACKS",
     "ATTACK_VARIANTS",
+    "AUTO_CANDIDATES",
     "MEMBERSHIP_ATTACKS",
     "AttackContext",
     "AttributeAttack",
+    "AutoAttack",
     "LiraAttack",
     "LossAttack",
     "MembershipAttack",
@@ -64,6 +70,7 @@ MEMBERSHIP_ATTACKS: dict[str, type[MembershipAttack]] = {
     ShadowAttack.name: ShadowAttack,
     LiraAttack.name: LiraAttack,
     RmiaAttack.name: RmiaAttack,
+    AutoAttack.name: AutoAttack,
 }
 
 ATTACKS: dict[str, type[Any]] = {**MEMBERSHIP_ATTACKS, AttributeAttack.name: AttributeAttack}

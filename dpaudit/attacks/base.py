@@ -116,6 +116,17 @@ class MembershipAttack(ABC):
     def options(self) -> dict[str, Any]:
         return {}
 
+    def outcome(self) -> dict[str, Any]:
+        """What the last :meth:`score` decided from data (e.g. ``"auto"``'s choice of
+        attack); empty for attacks that decide nothing."""
+        return {}
+
+    def described_options(self) -> dict[str, Any]:
+        """:meth:`options`, plus :meth:`outcome` under ``"selection"`` when there is one:
+        what results.json stores of an attack that has scored."""
+        outcome = self.outcome()
+        return {**self.options(), **({"selection": outcome} if outcome else {})}
+
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
         return f"{type(self).__name__}({opts})"

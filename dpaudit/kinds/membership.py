@@ -32,7 +32,12 @@ Attack names (``[membership] attacks``):
   Student-t posterior predictive in place of the Gaussian;
 - ``"rmia"``, ``"rmia-offline"``: RMIA (Zarifzadeh, Liu, Shokri 2024), online or offline
   with the linear approximation's ``rmia_offline_a``; ``rmia_gamma`` is its γ and
-  ``rmia_population_samples`` the population rows z.
+  ``rmia_population_samples`` the population rows z;
+- ``"auto"`` (the default's reference attack): the online LiRA variant or RMIA with the
+  highest TPR at low FPR when each reference model in turn plays the target and the
+  others its references (:mod:`dpaudit.attacks.auto`); the choice depends on the
+  reference models only, so it is no multiple comparison on the target. Needs
+  ``reference_models >= 4``.
 
 ``headline`` names the attack whose one-run bound enters the verdict (and so the report's
 headline and the gate's bound checks); the other attacks' tests (metrics, curves, their
@@ -81,14 +86,16 @@ Attack = Literal[
     "lira-offline-shrunk-t",
     "rmia",
     "rmia-offline",
+    "auto",
 ]
 #: Attacks that read one shared reference set (LiRA's variants and RMIA): all but two.
 REFERENCE_ATTACKS: tuple[Attack, ...] = tuple(
     a for a in get_args(Attack) if a not in ("loss", "shadow")
 )
-_RMIA_ATTACKS = ("rmia", "rmia-offline")
+#: Attacks that read RMIA's options ("auto" has RMIA among its candidates).
+_RMIA_ATTACKS = ("rmia", "rmia-offline", "auto")
 _TRAINS_REFERENCES = ("shadow", *REFERENCE_ATTACKS)
-_ALL_ATTACKS: tuple[Attack, ...] = ("loss", "shadow", "lira")
+_ALL_ATTACKS: tuple[Attack, ...] = ("loss", "shadow", "auto")
 #: OwnSpec fields that change only RMIA's scores (left out of the unit key without RMIA).
 _RMIA_OPTIONS = ("rmia_offline_a", "rmia_gamma", "rmia_population_samples")
 #: Said wherever reference models stand in for the unknown training of a brought target.
@@ -138,6 +145,12 @@ class MembershipSection(Table):
             )
         if len(set(self.attacks)) != len(self.attacks):
             raise ValueError(f"attacks lists an attack twice: {self.attacks}")
+        if "auto" in self.attacks and self.reference_models < 4:
+            raise ValueError(
+                f"the 'auto' attack needs reference_models >= 4 (each reference model in "
+                f"turn plays the target with the others as its references); got "
+                f"{self.reference_models}. Raise reference_models or list another attack."
+            )
         return self
 
 
@@ -217,7 +230,7 @@ def score_own_attacks(target: Any, spec: OwnSpec) -> list[_OwnScores]:
         t0 = time.perf_counter()
         scores = attack.score(context, X, y, seed=attack_seed(spec.seed, i))
         found[i] = _OwnScores(
-            spec.attacks[i], attack.options(), scores, time.perf_counter() - t0, None
+            spec.attacks[i], attack.described_options(), scores, time.perf_counter() - t0, None
         )
     if shared:
         t0 = time.perf_counter()
@@ -227,7 +240,9 @@ def score_own_attacks(target: Any, spec: OwnSpec) -> list[_OwnScores]:
         )
         seconds = time.perf_counter() - t0
         for i, scores in zip(shared, all_scores, strict=True):
-            found[i] = _OwnScores(spec.attacks[i], attacks[i].options(), scores, seconds, first)
+            found[i] = _OwnScores(
+                spec.attacks[i], attacks[i].described_options(), scores, seconds, first
+            )
     out = []
     for i in range(len(attacks)):
         s = found[i]
