@@ -27,10 +27,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dpaudit.attacks.base import check_int
-from dpaudit.attacks.lira import LIRA_VARIANTS, LiraAttack
+from dpaudit.attacks.base import check_int, logit_confidence
+from dpaudit.attacks.lira import LIRA_VARIANTS, LiraAttack, lira_scores
 from dpaudit.attacks.reference import ReferenceAttack, ReferenceLogits
-from dpaudit.attacks.rmia import RmiaAttack
+from dpaudit.attacks.rmia import RmiaAttack, rmia_scores, true_class_log_probability
 from dpaudit.errors import DpauditError
 
 __all__ = [
@@ -89,36 +89,47 @@ def tpr_at_fpr(scores: np.ndarray, members: np.ndarray, fpr: float) -> float:
     return float(np.mean(positives > negatives[allowed]))
 
 
-def _without(refs: ReferenceLogits, j: int) -> ReferenceLogits:
-    """Reference model ``j`` as the target, the other K − 1 as its references."""
-    keep = np.arange(refs.num_reference_models) != j
-    return ReferenceLogits(
-        target_x=refs.reference_x[j : j + 1],
-        reference_x=refs.reference_x[keep],
-        reference_in=refs.reference_in[keep],
-        y=refs.y,
-        target_z=refs.reference_z[j : j + 1],
-        reference_z=refs.reference_z[keep],
-        z_in=refs.z_in[keep],
-        y_z=refs.y_z,
-    )
-
-
 def leave_one_out_tpr(
     candidates: dict[str, ReferenceAttack], refs: ReferenceLogits
 ) -> tuple[dict[str, float], float]:
     """Each candidate's TPR on the pooled leave-one-out scores, and the FPR it is read at.
 
-    Every reference model k is scored by every candidate from the other K − 1; its
-    members are ``refs.reference_in[k]``. The pools are the same rows for every
-    candidate, so the comparison is paired.
+    Every reference model j is scored by every candidate from the other K − 1 (exactly
+    what ``candidate.score_from`` returns for that held-out set; the models' confidences
+    are computed once, not once per j); its members are ``refs.reference_in[j]``. The
+    pools are the same rows for every candidate, so the comparison is paired.
     """
     k = refs.num_reference_models
+    phi = logit_confidence(refs.reference_x, refs.y)  # (K, m), LiRA's statistic
+    logp_x = true_class_log_probability(refs.reference_x, refs.y)  # (K, m), RMIA's
+    logp_z = true_class_log_probability(refs.reference_z, refs.y_z)  # (K, n_z)
     pooled = {name: np.empty((k, refs.y.size)) for name in candidates}
     for j in range(k):
-        held_out = _without(refs, j)
+        keep = np.arange(k) != j
         for name, attack in candidates.items():
-            pooled[name][j] = attack.score_from(held_out)[0]
+            if isinstance(attack, LiraAttack):
+                scores = lira_scores(
+                    phi[j : j + 1],
+                    phi[keep],
+                    refs.reference_in[keep],
+                    variant=attack.variant,
+                    variance=attack.resolved_variance(),
+                )
+            elif isinstance(attack, RmiaAttack):
+                scores = rmia_scores(
+                    logp_x[j : j + 1],
+                    logp_x[keep],
+                    refs.reference_in[keep],
+                    logp_z[j : j + 1],
+                    logp_z[keep],
+                    refs.z_in[keep],
+                    variant=attack.variant,
+                    offline_a=attack.offline_a,
+                    gamma=attack.gamma,
+                )
+            else:
+                raise DpauditError(f"'auto' cannot hold out reference models for {name!r}.")
+            pooled[name][j] = scores[0]
     members = refs.reference_in
     fpr = selection_fpr(int((~members).sum()))
     return {name: tpr_at_fpr(s, members, fpr) for name, s in pooled.items()}, fpr
