@@ -10,9 +10,10 @@ known. Every candidate attack scores every such pseudo-target; their scores are 
 (K · m rows, about half of them members), and the candidate with the highest TPR at a low
 FPR on that pool scores the real target with all K reference models.
 
-This is the evaluation of Carlini et al. (2022, §V: each shadow model in turn is the
-target, the others its shadows) used for choosing, and the way Zarifzadeh, Liu, Shokri
-(2024, §4: "a reference model is used as the target" to set RMIA's offline a) tune RMIA.
+This is the evaluation protocol of Carlini et al. (2022), whose experiments let shadow
+models play the target, used here for choosing; Zarifzadeh, Liu, Shokri (2024) set RMIA's
+offline a the same way, on a reference model treated as the target (section numbers of
+both unverified: the stored copies reached were abstracts and first pages).
 
 Validity: the choice is a function of the reference models alone. They are trained
 independently of the target's membership coins, so given the choice the real target's
@@ -44,8 +45,8 @@ __all__ = [
 #: The candidates, in the order ties are broken: every ONLINE reference attack. Offline
 #: variants exist for reference sets that never trained on the audited rows; dpaudit's
 #: reference pool always contains them, and an online test then uses strictly more of
-#: the reference models' information (Carlini et al. 2022, §IV-C: offline trades power
-#: for not training IN models per query).
+#: the reference models' information (Carlini et al. 2022: the offline attack trades
+#: power for not training IN models per query; section unverified).
 AUTO_CANDIDATES: tuple[str, ...] = (
     "lira-online",
     "lira-online-global",
@@ -53,8 +54,9 @@ AUTO_CANDIDATES: tuple[str, ...] = (
     "lira-online-shrunk-t",
     "rmia",
 )
-#: The FPR the choice is made at: 0.1 %, the low-FPR operating point Carlini et al.
-#: (2022, §III-B) argue membership attacks should be judged at ...
+#: The FPR the choice is made at: 0.1 %, the low-FPR operating point at which Carlini et
+#: al. (2022, abstract: "true-positive rate at low (e.g., ≤ 0.1 %) false-positive rates")
+#: argue membership attacks should be judged ...
 _SELECTION_FPR = 1e-3
 #: ... but never at fewer than this many false positives of the pooled non-members: a
 #: TPR at fewer would be decided by one or two rows' scores.
