@@ -16,9 +16,14 @@ the work unit it was trained in. (The coins of
 :class:`~dpaudit.training.CoordinateCanaries`, for a single model, come from their own
 seed.)
 
-One step of a chunk is: draw the block's randomness (:func:`_draw_block`), sample the
-batch (:func:`_sample_batch`), privatise (:func:`_privatise`: clipped sum, noise,
-canaries, division), observe, update (:func:`_update`).
+Poisson sampling costs O(batch) per model and step, not O(members): each model draws the
+geometric gaps between its sampled members (:func:`_geometric_gaps`), so an epoch costs
+O(n) however large n is.
+
+One step of a chunk is: draw the block's randomness (:func:`_draw_noise`,
+:func:`_draw_gaps`), sample the batch (:func:`_sample_batch`), privatise
+(:func:`_privatise`: clipped sum, noise, canaries, division), observe, update
+(:func:`_update`).
 """
 
 from __future__ import annotations
@@ -57,6 +62,13 @@ __all__ = ["EngineRun", "LinearStackBackend", "run_engine", "train_many"]
 # Opacus 1.6 (optimizers/optimizer.py, DPOptimizer.clip_and_accumulate) clips with the
 # factor min(1, C / (‖g‖ + 1e-6)); the same constant keeps parity with the oracle.
 CLIP_EPSILON = 1e-6
+# Poisson sampling by geometric skips (see _geometric_gaps): each model draws its gaps for
+# SAMPLING_BLOCK steps in one call, GAP_SIGMAS standard deviations + GAP_MARGIN beyond its
+# expected batch size per step. Constants, not tuned per chunk: they fix the layout of
+# every model's sampling stream.
+SAMPLING_BLOCK = 16
+GAP_SIGMAS = 8.0
+GAP_MARGIN = 8
 
 
 class ClippedSumBackend(Protocol):
@@ -318,47 +330,91 @@ def _chunk_size(
     num_parameters: int,
     max_members: int,
     batch: int,
+    gaps_per_step: int,
     bytes_per_example: int,
     itemsize: int,
     momentum: bool,
 ) -> int:
     per_model = itemsize * num_parameters * (7 + int(momentum))
-    per_model += max_members * (4 + 8 + 8 + 2)  # uniforms, member index, cumsum, masks
-    per_model += batch * (bytes_per_example + 3 * 8)
+    per_model += max_members * (8 + 1)  # member index, member mask
+    per_model += SAMPLING_BLOCK * gaps_per_step * 8  # the block of Poisson gaps
+    per_model += batch * (bytes_per_example + 4 * 8)  # + positions, rows, masks
     return int(max(1, min(num_models, budget // max(per_model, 1))))
 
 
 # -------------------------------------------------------------------------------- loop
-def _random_block(kc: int, num_parameters: int, n_max: int, dtype: torch.dtype) -> int:
-    """Steps per random-number block: up to 16, keeping a block's buffers under ~64 MiB."""
+def _random_block(kc: int, num_parameters: int, dtype: torch.dtype) -> int:
+    """Steps per noise block: up to 16, keeping a block's noise under ~64 MiB."""
     itemsize = torch.empty((), dtype=dtype).element_size()
-    per_step = kc * (num_parameters * itemsize + n_max * 4)
+    per_step = kc * num_parameters * itemsize
     return int(max(1, min(16, (64 * 2**20) // max(per_step, 1))))
 
 
-def _draw_block(
+def _gaps_per_step(sizes: np.ndarray, rates: np.ndarray) -> np.ndarray:
+    """How many geometric gaps each model draws per step: its expected batch size
+    n·q plus ``GAP_SIGMAS`` standard deviations √(n·q(1 − q)) plus ``GAP_MARGIN``, and
+    never more than n (n gaps of at least 1 always pass the last member).
+
+    A function of (n, q) alone, so that a model's stream layout does not depend on its
+    chunk. Too few gaps are not an error: :func:`_more_positions` then continues the
+    same stream; the margin only makes that rare (Binomial(n, q) exceeds its mean by
+    8 standard deviations with probability < 1e-13 by Bernstein's inequality).
+    """
+    mean = sizes * rates
+    count = np.ceil(mean + GAP_SIGMAS * np.sqrt(mean * (1 - rates))) + GAP_MARGIN
+    return np.minimum(count, sizes).astype(np.int64)
+
+
+def _geometric_gaps(uniforms: torch.Tensor, log_keep: torch.Tensor) -> torch.Tensor:
+    """Turn uniforms U ∈ [0, 1) into gaps G = 1 + ⌊ln(1 − U) / ln(1 − q)⌋, in place.
+
+    P(G > k) = P(1 − U ≤ (1 − q)^k) = (1 − q)^k, so G ~ Geometric(q) on {1, 2, ...}: the
+    distance from one Poisson-sampled member to the next when each is kept
+    independently with probability q. ``log_keep`` is ln(1 − q) (−∞ for q = 1, when
+    every gap is 1). float64 throughout: the law is exact up to float64 rounding.
+
+    References:
+        Devroye 1986, "Non-Uniform Random Variate Generation", Ch. X.2 (inversion for
+        the geometric law); Ahrens, Dieter 1985 (sequential sampling by skips).
+    """
+    return uniforms.neg_().log1p_().div_(log_keep).floor_().add_(1.0)
+
+
+def _draw_gaps(t: int, chunk: _Chunk, active_idx: np.ndarray) -> None:
+    """Fill the next ``SAMPLING_BLOCK`` steps of Poisson gaps, one call per model.
+
+    Model i draws min(SAMPLING_BLOCK, steps left) × g_i uniforms (g_i from
+    :func:`_gaps_per_step`) on its own sampling generator; the block length is a
+    constant, so the stream's layout depends only on (seed, model), not on the chunk.
+    Unused columns hold +∞ gaps, which never reach a member.
+    """
+    gaps = chunk.gaps
+    for i in active_idx:
+        steps_i = int(min(SAMPLING_BLOCK, int(chunk.steps[i]) - t))
+        m_i = int(chunk.gap_counts[i])
+        gaps[i, :steps_i, :m_i] = torch.rand(
+            (steps_i, m_i), generator=chunk.gens_sampling[i], dtype=torch.float64
+        )
+    _geometric_gaps(gaps, chunk.log_keep.unsqueeze(1))
+    gaps.masked_fill_(chunk.gap_padding, math.inf)
+
+
+def _draw_noise(
     t: int,
     block: int,
     active_idx: np.ndarray,
     chunk_steps: np.ndarray,
-    sizes: np.ndarray,
-    uniforms: torch.Tensor | None,
-    gens_sampling: list[torch.Generator],
-    noise: torch.Tensor | None,
-    gens_noise: list[torch.Generator] | None,
+    noise: torch.Tensor,
+    gens_noise: list[torch.Generator],
 ) -> None:
-    """Fill the next block of Poisson uniforms and noise, one call per model and kind.
+    """Fill the next block of noise, one call per model.
 
-    Model i draws min(block, steps left) steps' worth from each of its generators, so its
-    stream depends only on (seed, model, step), not on the chunk it is trained in.
+    Model i draws min(block, steps left) steps' worth, so its stream depends only on
+    (seed, model, step), not on the chunk it is trained in.
     """
     for i in active_idx:
         steps_i = int(min(block, int(chunk_steps[i]) - t))
-        if uniforms is not None:
-            n_i = int(sizes[i])
-            uniforms[i, :steps_i, :n_i] = torch.rand((steps_i, n_i), generator=gens_sampling[i])
-        if noise is not None and gens_noise is not None:
-            torch.randn((steps_i, noise.shape[2]), generator=gens_noise[i], out=noise[i, :steps_i])
+        torch.randn((steps_i, noise.shape[2]), generator=gens_noise[i], out=noise[i, :steps_i])
 
 
 # ---------------------------------------------------------------------------- the plan
@@ -369,6 +425,7 @@ class _RunPlan:
     Attributes:
         sizes: ``(K,)`` members n_k of each model.
         rates: ``(K,)`` sampling rates q_k.
+        gap_counts: ``(K,)`` geometric gaps drawn per step (0 for full batch).
         steps: ``(K,)`` step counts T_k.
         expected: ``(K,)`` expected batch sizes q_k·n_k, the divisor of the noisy sum.
         chunk: models trained as one batched computation.
@@ -380,6 +437,7 @@ class _RunPlan:
 
     sizes: np.ndarray
     rates: np.ndarray
+    gap_counts: np.ndarray
     steps: np.ndarray
     expected: np.ndarray
     chunk: int
@@ -424,12 +482,16 @@ def _plan_run(
         # probability < 1e-15 (Chernoff); this only sizes chunks, it never truncates.
         else int(training.batch_size + 8 * math.sqrt(training.batch_size) + 8)
     )
+    gap_counts = np.zeros(num_models, np.int64)
+    if not training.full_batch:
+        gap_counts = _gaps_per_step(sizes, rates)
     chunk = _chunk_size(
         memory_budget_bytes,
         num_models=num_models,
         num_parameters=num_parameters,
         max_members=max_members,
         batch=batch_estimate,
+        gaps_per_step=int(gap_counts.max()),
         bytes_per_example=backend.bytes_per_example(theta0.element_size()),
         itemsize=theta0.element_size(),
         momentum=training.momentum > 0,
@@ -437,6 +499,7 @@ def _plan_run(
     return _RunPlan(
         sizes=sizes,
         rates=rates,
+        gap_counts=gap_counts,
         steps=steps,
         expected=expected,
         chunk=chunk,
@@ -537,7 +600,8 @@ class _Chunk:
     momentum: torch.Tensor | None
     members: torch.Tensor  # (Kc, n_max) row indices, padded
     member_valid: torch.Tensor  # (Kc, n_max)
-    q_col: torch.Tensor  # (Kc, 1) float32 rates
+    log_keep: torch.Tensor  # (Kc, 1) float64 ln(1 − q)
+    size_col: torch.Tensor  # (Kc, 1) float64 members n
     denominators: torch.Tensor  # (Kc, 1) expected batch sizes
     steps: np.ndarray  # (Kc,)
     sizes: np.ndarray  # (Kc,)
@@ -545,8 +609,10 @@ class _Chunk:
     gens_sampling: list[torch.Generator]
     gens_noise: list[torch.Generator] | None
     gens_canary: dict[int, torch.Generator]  # chunk position -> stream, included models
-    block: int
-    uniforms: torch.Tensor  # (Kc, block, n_max)
+    block: int  # steps per noise block
+    gap_counts: np.ndarray  # (Kc,) gaps drawn per step
+    gaps: torch.Tensor  # (Kc, SAMPLING_BLOCK, max gap count) float64 geometric gaps
+    gap_padding: torch.Tensor  # (Kc, 1, max gap count) the columns a model does not draw
     noise: torch.Tensor | None  # (Kc, block, P)
     full: tuple[torch.Tensor, torch.Tensor] | None  # every member's (x, y), full batch
     arange_cache: dict[int, torch.Tensor]
@@ -608,19 +674,20 @@ def _plan_chunk(
     theta = theta0[start:stop].clone()
     n_max = int(plan.sizes[local].max())
     members, member_valid = _gather_members(membership, local, n_max, device)
-    # Float32 uniforms compared with a float32 q (as Opacus' sampler does): the executed
-    # inclusion probability is q rounded up to the 2^-24 grid, within 6e-8 of the
-    # recorded q, which moves ε by far less than any accountant's own tolerance.
-    q_col = torch.as_tensor(plan.rates[local], dtype=torch.float32, device=device).unsqueeze(1)
+    # Gaps from float64 uniforms and ln(1 − q): the executed inclusion probability is the
+    # recorded q up to float64 rounding.
+    rates = torch.as_tensor(plan.rates[local], dtype=torch.float64, device=device)
+    gap_counts = plan.gap_counts[local]
+    m_max = max(int(gap_counts.max()), 1)
     gens_sampling, gens_noise, gens_canary = _chunk_streams(
         plan, local, seed=seed, model_offset=model_offset, device=device
     )
-    # Each model's Poisson uniforms and noise are drawn for a block of `block` steps in
-    # one call on its own generator (blocks start at multiples of `block`, whatever the
-    # chunk), which keeps results independent of chunking while making two calls per
-    # model per block instead of two per model per step: per-call overhead, not the
-    # random numbers themselves, dominated small models' steps.
-    block = _random_block(kc, num_parameters if gens_noise else 0, n_max, dtype)
+    # Each model's Poisson gaps and noise are drawn for a block of steps in one call on
+    # its own generator (blocks start at multiples of their length), which keeps
+    # results independent of chunking while making two calls per model per block
+    # instead of two per model per step: per-call overhead, not the random numbers
+    # themselves, dominated small models' steps.
+    block = _random_block(kc, num_parameters if gens_noise else 0, dtype)
     full = None
     if training.full_batch:
         full = (x[members.view(-1)].view(kc, n_max, -1), y[members.view(-1)].view(kc, n_max))
@@ -630,7 +697,8 @@ def _plan_chunk(
         momentum=torch.zeros_like(theta) if training.momentum > 0 else None,
         members=members,
         member_valid=member_valid,
-        q_col=q_col,
+        log_keep=torch.log1p(-rates).unsqueeze(1),
+        size_col=torch.as_tensor(plan.sizes[local], dtype=torch.float64, device=device)[:, None],
         denominators=torch.as_tensor(plan.expected[local], dtype=dtype, device=device).unsqueeze(1),
         steps=plan.steps[local],
         sizes=plan.sizes[local],
@@ -639,7 +707,12 @@ def _plan_chunk(
         gens_noise=gens_noise,
         gens_canary=gens_canary,
         block=block,
-        uniforms=torch.ones((kc, block, n_max), dtype=torch.float32, device=device),
+        gap_counts=gap_counts,
+        gaps=torch.full((kc, SAMPLING_BLOCK, m_max), math.inf, dtype=torch.float64, device=device),
+        gap_padding=(
+            torch.arange(m_max, device=device)[None, None, :]
+            >= torch.as_tensor(gap_counts, device=device)[:, None, None]
+        ),
         noise=(
             torch.zeros((kc, block, num_parameters), dtype=dtype, device=device)
             if gens_noise
@@ -663,23 +736,83 @@ def _sample_batch(
         valid = chunk.member_valid if all_active else chunk.member_valid & active.unsqueeze(1)
         return chunk.members, chunk.full[0], chunk.full[1], valid
     kc, device = chunk.members.shape[0], chunk.members.device
-    selected = (chunk.uniforms[:, j] < chunk.q_col) & chunk.member_valid
-    if not all_active:
-        selected &= active.unsqueeze(1)
-    counts = selected.sum(dim=1)
+    positions, counts = _positions(chunk, j, active, all_active)
     width = max(int(counts.max()), 1)
-    # Compact each model's selected members to the front of a (Kc, width)
-    # matrix: selected entries go to their rank, the rest to a spill column.
-    position = torch.where(selected, selected.cumsum(dim=1) - 1, width)
-    rows = torch.zeros((kc, width + 1), dtype=torch.int64, device=device)
-    rows.scatter_(1, position, chunk.members)
-    rows = rows[:, :width]
     if width not in chunk.arange_cache:
         chunk.arange_cache[width] = torch.arange(width, device=device)
     valid = chunk.arange_cache[width].unsqueeze(0) < counts.unsqueeze(1)
+    # Positions are increasing, so each model's batch is a prefix of its positions; the
+    # padded entries point at member 0 (valid masks them).
+    index = torch.where(valid, positions[:, :width], 0.0).to(torch.int64)
+    rows = chunk.members.gather(1, index)
     xb = x[rows.reshape(-1)].view(kc, width, -1)
     yb = y[rows.reshape(-1)].view(kc, width)
     return rows, xb, yb, valid
+
+
+def _positions(
+    chunk: _Chunk, j: int, active: torch.Tensor, all_active: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """This step's sampled member positions ``(Kc, W)`` (float64, increasing per model,
+    entries ≥ n past the batch) and batch sizes ``(Kc,)``; inactive models get none.
+
+    The positions are the partial sums of the gaps minus 1 (the first member is position
+    0). A model whose drawn gaps end before its last member (rare, see
+    :func:`_gaps_per_step`) continues its own stream in :func:`_more_positions`.
+    """
+    positions = chunk.gaps[:, j].cumsum(dim=1).sub_(1.0)
+    counts = (positions < chunk.size_col).sum(dim=1)
+    if not all_active:
+        counts = torch.where(active, counts, 0)
+    # The last drawn position < n − 1: the next gap might still land on a member.
+    m = torch.as_tensor(chunk.gap_counts, device=positions.device).clamp(min=1)
+    last = positions.gather(1, (m - 1).unsqueeze(1)).squeeze(1)
+    short = (last < chunk.size_col.squeeze(1) - 1) & (counts > 0)
+    if not bool(short.any()):
+        return positions, counts
+    extra: dict[int, torch.Tensor] = {}
+    for i in torch.nonzero(short).flatten().tolist():
+        extra[i] = _more_positions(
+            chunk.gens_sampling[i],
+            float(last[i]),
+            n=float(chunk.size_col[i, 0]),
+            log_keep=chunk.log_keep[i],
+            count=int(chunk.gap_counts[i]),
+        )
+    width = max(
+        positions.shape[1], *(int(chunk.gap_counts[i]) + e.numel() for i, e in extra.items())
+    )
+    grown = torch.full(
+        (positions.shape[0], width), math.inf, dtype=positions.dtype, device=positions.device
+    )
+    grown[:, : positions.shape[1]] = positions
+    counts = counts.clone()
+    for i, e in extra.items():
+        m_i = int(chunk.gap_counts[i])
+        grown[i, m_i : m_i + e.numel()] = e
+        counts[i] = m_i + e.numel()
+    return grown, counts
+
+
+def _more_positions(
+    generator: torch.Generator, last: float, *, n: float, log_keep: torch.Tensor, count: int
+) -> torch.Tensor:
+    """Continue one model's gaps past position ``last`` until they pass its last member
+    ``n − 1``, drawing ``count`` uniforms at a time from its sampling stream; return the
+    new positions that are members (< n).
+
+    The gaps are i.i.d. Geometric(q) whichever call draws them, so the batch has the same
+    law as if enough gaps had been drawn at once.
+    """
+    found = []
+    while last < n - 1:
+        gaps = _geometric_gaps(
+            torch.rand(count, generator=generator, dtype=torch.float64), log_keep
+        )
+        positions = gaps.cumsum(0).add_(last)
+        found.append(positions[positions < n])
+        last = float(positions[-1])
+    return torch.cat(found)
 
 
 def _add_gradient_canary(
@@ -784,19 +917,18 @@ def _train_chunk(
         all_active = bool(active_np.all())
         active = torch.as_tensor(active_np, device=device)
         j = t % chunk.block
-        if j == 0:
-            _draw_block(
+        if j == 0 and chunk.noise is not None and chunk.gens_noise is not None:
+            _draw_noise(
                 t,
                 chunk.block,
                 np.flatnonzero(active_np),
                 chunk.steps,
-                chunk.sizes,
-                chunk.uniforms if not training.full_batch else None,
-                chunk.gens_sampling,
                 chunk.noise,
                 chunk.gens_noise,
             )
-        batch = _sample_batch(chunk, x, y, j, active, all_active)
+        if t % SAMPLING_BLOCK == 0 and not training.full_batch:
+            _draw_gaps(t, chunk, np.flatnonzero(active_np))
+        batch = _sample_batch(chunk, x, y, t % SAMPLING_BLOCK, active, all_active)
         gradient, canary_sampled = _privatise(
             backend,
             chunk,
