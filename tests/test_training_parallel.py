@@ -9,6 +9,7 @@ import sys
 import textwrap
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -243,8 +244,13 @@ def test_auto_is_one_process_inside_a_worker(monkeypatch) -> None:
     assert len(chunks) == 7
     monkeypatch.setattr(parallel.multiprocessing, "parent_process", lambda: object())
     assert plan_processes(None, **plan) == (1, [])
-    # An explicit count is obeyed even there (the caller asked for it).
+    # An explicit count is obeyed even there (the caller asked for it) ...
     assert plan_processes(3, **plan)[0] == 3
+    # ... but not in a daemonic process, which may not have children at all.
+    monkeypatch.setattr(
+        parallel.multiprocessing, "current_process", lambda: SimpleNamespace(daemon=True)
+    )
+    assert plan_processes(3, **plan) == (1, [])
 
 
 # ------------------------------------------------------------------------- errors

@@ -24,13 +24,14 @@ pool of a parent process pays the server's start (torch and dpaudit imported onc
 about 1.4 s of wall time measured on the 2-core development machine); later pools fork
 from the server in about 0.03 s.
 
-How many (``processes=None``): 1 inside a worker process (a ``multiprocessing`` child,
-such as the audit's process pool or a Dask worker, or a process that sets
-``DPAUDIT_TRAINING_WORKER``), so that pools never nest; otherwise the value of the
-``DPAUDIT_TRAINING_PROCESSES`` environment variable when set (a caller that already runs
-several trainings side by side sets it to 1); otherwise the cores this process may run
-on, but never more than the run has chunks, nor more than its estimated work pays for
-(:data:`MIN_SECONDS_PER_PROCESS` of estimated single-thread training per process).
+How many (``processes=None``): 1 in a daemonic process (it may not have children) and
+inside a worker process (a ``multiprocessing`` child, such as the audit's process pool
+or a Dask worker, or a process that sets ``DPAUDIT_TRAINING_WORKER``), so that pools
+never nest; otherwise the value of the ``DPAUDIT_TRAINING_PROCESSES`` environment
+variable when set (a caller that already runs several trainings side by side sets it
+to 1); otherwise the cores this process may run on, but never more than the run has
+chunks, nor more than its estimated work pays for (:data:`MIN_SECONDS_PER_PROCESS` of
+estimated single-thread training per process).
 """
 
 from __future__ import annotations
@@ -247,7 +248,8 @@ def plan_processes(
         ConfigError: ``processes > 1`` asked for with an extension or off the CPU.
     """
     processes = check_processes(requested)
-    if processes == 1:
+    if processes == 1 or multiprocessing.current_process().daemon:
+        # A daemonic process (a multiprocessing.Pool worker) may not start children.
         return 1, []
     local = [
         name for name, value in zip(_EXTENSIONS, extensions, strict=False) if value is not None
