@@ -18,7 +18,12 @@ import torch
 
 from dpaudit.models import ModelSpec, ModelStack
 from dpaudit.training import DPConfig, TrainingSpec, train_many
-from dpaudit.training.engine import LinearStackBackend, _activation_and_backward, run_engine
+from dpaudit.training.engine import (
+    CLIP_EPSILON,
+    LinearStackBackend,
+    _activation_and_backward,
+    run_engine,
+)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -93,3 +98,67 @@ def test_dp_run_with_the_cache_equals_the_run_without(full_batch: bool) -> None:
         seed=3,
     )
     assert torch.equal(fast.models.flat_parameters(), slow.parameters)
+
+
+def _reference_clipped_sum(
+    backend: LinearStackBackend,
+    theta: torch.Tensor,
+    xb: torch.Tensor,
+    yb: torch.Tensor,
+    valid: torch.Tensor,
+    clip: float | None,
+) -> torch.Tensor:
+    """``LinearStackBackend.clipped_sum`` as it was before the workspace (commit 1691db8):
+    fresh temporaries, the padded rows masked in the norms and in the factors, and the
+    layers' parts concatenated."""
+    inputs, deltas = backend._forward_backward(theta, xb, yb, valid)
+    if clip is not None:
+        norms = backend._norms(inputs, deltas, valid)
+        factor = (clip / (norms + CLIP_EPSILON)).clamp(max=1.0)
+        factor = torch.where(valid, factor, 0.0).unsqueeze(-1)
+        deltas = [d.mul_(factor) for d in deltas]
+    parts = []
+    for a, d in zip(inputs, deltas, strict=True):
+        parts.append(torch.bmm(d.transpose(1, 2), a).flatten(1))
+        parts.append(d.sum(1))
+    return torch.cat(parts, dim=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("clip", [None, 0.5, 1e3])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        ModelSpec(kind="logistic"),
+        ModelSpec(hidden=(16, 8)),
+        ModelSpec(hidden=(7,), activation="tanh"),
+        ModelSpec(hidden=(7,), activation="sigmoid"),
+        ModelSpec(hidden=(7,), activation="gelu"),
+    ],
+    ids=lambda s: f"{s.kind}-{s.hidden_widths}-{s.activation}",
+)
+def test_workspace_clipped_sum_equals_the_fresh_computation(
+    spec: ModelSpec, clip: float | None, dtype: torch.dtype
+) -> None:
+    # Widths that grow, shrink and grow past the workspace's headroom, with finite garbage
+    # in the padded rows: every call must give the old numbers bit for bit.
+    x, y, _ = _problem()
+    xt, yt = torch.as_tensor(x, dtype=dtype), torch.as_tensor(y)
+    backend = LinearStackBackend(spec, x.shape[1], 3)
+    backend.cache_inputs(xt)
+    theta = ModelStack.init(
+        spec, num_models=4, num_features=x.shape[1], num_classes=3, seed=1, dtype=dtype
+    ).flat_parameters()
+    rng = np.random.default_rng(5)
+    out = torch.empty((4, backend.num_parameters), dtype=dtype)
+    for width in (21, 30, 9, 60):
+        rows = torch.as_tensor(rng.integers(0, x.shape[0], (4, width)))
+        counts = torch.as_tensor(rng.integers(0, width + 1, (4, 1)))
+        counts[0] = width
+        valid = torch.arange(width).unsqueeze(0) < counts
+        xb, yb = xt[rows.reshape(-1)].view(4, width, -1), yt[rows.reshape(-1)].view(4, width)
+        want = _reference_clipped_sum(backend, theta, xb.clone(), yb, valid, clip)
+        assert torch.equal(backend.clipped_sum(theta, xb, yb, valid, clip), want)
+        got = backend.clipped_sum(theta, xb, yb, valid, clip, rows=rows, out=out)
+        assert got.data_ptr() == out.data_ptr()
+        assert torch.equal(got, want)

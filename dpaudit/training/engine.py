@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -90,6 +90,36 @@ class ClippedSumBackend(Protocol):
 
 
 # ----------------------------------------------------------------------------- backend
+class _Workspace:
+    """Named flat buffers reused from step to step.
+
+    ``take(name, shape)`` returns a contiguous view of the first ``prod(shape)``
+    elements of the buffer ``name``, allocating it (with 25 % headroom, since batch
+    widths vary from step to step) only when it is too small. Steady-state steps then
+    allocate nothing large, which removes the page faults and system time of fresh
+    multi-megabyte temporaries at every step of a large chunk. Views of one name alias:
+    a caller takes each name once per use. Not thread-safe (one backend per thread).
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def take(
+        self, name: str, shape: tuple[int, ...], *, dtype: torch.dtype, device: Any
+    ) -> torch.Tensor:
+        numel = math.prod(shape)
+        buffer = self._buffers.get(name)
+        if (
+            buffer is None
+            or buffer.numel() < numel
+            or buffer.dtype != dtype
+            or buffer.device != torch.device(device)
+        ):
+            buffer = torch.empty(numel + numel // 4, dtype=dtype, device=device)
+            self._buffers[name] = buffer
+        return buffer[:numel].view(shape)
+
+
 def _activation_and_backward(
     name: str, z: torch.Tensor
 ) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
@@ -98,7 +128,10 @@ def _activation_and_backward(
         a = z.relu_()  # z is not needed again: a > 0 exactly where z > 0
         # δ where a > 0, else 0: the kernel autograd uses for ReLU, with no float mask
         # (δ·1 = δ and δ·0 = ±0, so the same numbers as multiplying by (z > 0)).
-        return a, lambda delta: torch.ops.aten.threshold_backward(delta, a, 0.0)
+        # In place (the out= overload writing over δ): the same kernel and numbers.
+        return a, lambda delta: torch.ops.aten.threshold_backward.grad_input(
+            delta, a, 0.0, grad_input=delta
+        )
     if name == "tanh":
         a = torch.tanh(z)
         return a, lambda delta: delta.mul_(1 - a * a)
@@ -138,6 +171,7 @@ class LinearStackBackend:
         self.num_classes = num_classes
         self._data: torch.Tensor | None = None
         self._data_sq_norms: torch.Tensor | None = None
+        self._workspace = _Workspace()
 
     def cache_inputs(self, x: torch.Tensor) -> None:
         """Keep ‖x_i‖² of every data row: the first layer's input norms, which every
@@ -236,25 +270,123 @@ class LinearStackBackend:
         clipping_norm: float | None,
         *,
         rows: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The ``(Kc, P)`` sums of clipped per-example gradients. ``rows`` (the data rows
         of ``xb``, with ``xb`` drawn from the tensor given to :meth:`cache_inputs`) lets
-        the first layer's input norms come from the cache."""
-        inputs, deltas = self._forward_backward(theta, xb, yb, valid)
+        the first layer's input norms come from the cache; ``out`` receives the result
+        (a fresh tensor otherwise).
+
+        The same operations, in the same order, as :meth:`per_example_norms` followed by
+        clipping and the per-layer products, so the same numbers to the last bit; only
+        their memory is reused (:class:`_Workspace`) and the masking of padded rows is
+        done once, on the output gradient: a padded row's δ is exactly 0 in every layer,
+        so its squared norm ‖δ‖²(‖a‖² + 1) and its clipped contribution are 0 whatever
+        its (finite) inputs, and the norms and factors need no mask of their own.
+        """
+        kc = xb.shape[0]
+        dtype, device = theta.dtype, theta.device
+        inputs, deltas = self._fused_forward_backward(theta, xb, yb, valid)
         if clipping_norm is not None:
-            cached = None
-            if rows is not None and self._data_sq_norms is not None:
-                cached = self._data_sq_norms[rows]
-            norms = self._norms(inputs, deltas, valid, cached)
-            factor = (clipping_norm / (norms + CLIP_EPSILON)).clamp(max=1.0)
-            factor = torch.where(valid, factor, 0.0).unsqueeze(-1)
-            # In place: the unclipped deltas are not needed again.
-            deltas = [d.mul_(factor) for d in deltas]
-        parts = []
-        for a, d in zip(inputs, deltas, strict=True):
-            parts.append(torch.bmm(d.transpose(1, 2), a).flatten(1))
-            parts.append(d.sum(1))
-        return torch.cat(parts, dim=1)
+            squared = self._fused_squared_norms(inputs, deltas, rows)
+            factor = squared.sqrt_().add_(CLIP_EPSILON).reciprocal_().mul_(clipping_norm)
+            factor = factor.clamp_(max=1.0).unsqueeze(-1)
+            # Opacus' min(1, C / (‖g‖ + 1e-6)); `C / t` is `t.reciprocal() * C` in torch.
+            for d in deltas:
+                d.mul_(factor)
+        if out is None:
+            out = torch.empty((kc, self.num_parameters), dtype=dtype, device=device)
+        offset = 0
+        for layer, ((o, i), a, d) in enumerate(zip(self.shapes, inputs, deltas, strict=True)):
+            # Into a contiguous buffer, then copied: bmm writing straight into the strided
+            # slice of `out` takes another kernel path (slower here, other rounding).
+            product = torch.bmm(
+                d.transpose(1, 2),
+                a,
+                out=self._workspace.take(f"grad{layer}", (kc, o, i), dtype=dtype, device=device),
+            )
+            out[:, offset : offset + o * i].copy_(product.view(kc, o * i))
+            offset += o * i
+            torch.sum(d, dim=1, out=out[:, offset : offset + o])
+            offset += o
+        return out
+
+    def _fused_forward_backward(
+        self, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor, valid: torch.Tensor
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """:meth:`_forward_backward` with every large temporary in the workspace."""
+        kc, width, _ = xb.shape
+        take = self._take(theta)
+        weights, biases = self.split(theta)
+        inputs = [xb]
+        backwards: list[Callable[[torch.Tensor], torch.Tensor]] = []
+        a = xb
+        last = len(weights) - 1
+        for layer, (w, b) in enumerate(zip(weights, biases, strict=True)):
+            z = take(f"z{layer}", (kc, width, w.shape[1]))
+            torch.bmm(a, w.transpose(1, 2), out=z).add_(b.unsqueeze(1))
+            if layer < last:
+                a, backward = _activation_and_backward(self.spec.activation, z)
+                inputs.append(a)
+                backwards.append(backward)
+            else:
+                a = z
+        # Softmax − one-hot in place over the logits (the formula of _forward_backward).
+        delta = a
+        peak = take("peak", (kc, width, 1))
+        torch.amax(delta, dim=-1, keepdim=True, out=peak)
+        delta.sub_(peak).exp_()
+        torch.sum(delta, dim=-1, keepdim=True, out=peak)
+        delta.div_(peak)
+        minus_one = torch.full((), -1.0, dtype=delta.dtype, device=delta.device)
+        delta.scatter_add_(-1, yb.unsqueeze(-1), minus_one.expand(kc, width, 1))
+        padded = take("padded", (kc, width, 1), torch.bool)
+        delta.masked_fill_(torch.logical_not(valid.unsqueeze(-1), out=padded), 0.0)
+        deltas = [delta]
+        for layer in range(last, 0, -1):
+            w = weights[layer]
+            back = take(f"delta{layer - 1}", (kc, width, w.shape[2]))
+            delta = backwards[layer - 1](torch.bmm(delta, w, out=back))
+            deltas.append(delta)
+        deltas.reverse()
+        return inputs, deltas
+
+    def _fused_squared_norms(
+        self,
+        inputs: Sequence[torch.Tensor],
+        deltas: Sequence[torch.Tensor],
+        rows: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Σ_l ‖δ_l‖²(‖a_l‖² + 1) per example, summed over layers in order (0 on padded
+        rows, whose δ are 0), as :meth:`_norms` computes it before the square root."""
+        kc, width = deltas[0].shape[:2]
+        take = self._take(deltas[0])
+        squared = take("squared", (kc, width))
+        a2 = take("a2", (kc, width))
+        d2 = take("d2", (kc, width))
+        for layer, (a, d) in enumerate(zip(inputs, deltas, strict=True)):
+            if layer == 0 and rows is not None and self._data_sq_norms is not None:
+                torch.index_select(self._data_sq_norms, 0, rows.reshape(-1), out=a2.view(-1))
+            else:
+                torch.sum(torch.mul(a, a, out=take("square", a.shape)), dim=-1, out=a2)
+            torch.sum(torch.mul(d, d, out=take("square", d.shape)), dim=-1, out=d2)
+            if layer == 0:
+                torch.mul(d2, a2.add_(1.0), out=squared)
+            else:
+                squared.add_(d2.mul_(a2.add_(1.0)))
+        return squared
+
+    def _take(self, like: torch.Tensor) -> Callable[..., torch.Tensor]:
+        """``take(name, shape[, dtype])``: a workspace buffer on ``like``'s device, of
+        ``like``'s dtype unless told."""
+        workspace = self._workspace
+
+        def take(
+            name: str, shape: tuple[int, ...], dtype: torch.dtype | None = None
+        ) -> torch.Tensor:
+            return workspace.take(name, shape, dtype=dtype or like.dtype, device=like.device)
+
+        return take
 
 
 # ------------------------------------------------------------------------------ inputs
@@ -617,6 +749,8 @@ class _Chunk:
     full: tuple[torch.Tensor, torch.Tensor] | None  # every member's (x, y), full batch
     arange_cache: dict[int, torch.Tensor]
     cached_inputs: bool = False  # the backend caches ‖x_i‖² (LinearStackBackend)
+    # the batch's inputs and the clipped sum, reused from step to step
+    workspace: _Workspace = field(default_factory=_Workspace)
 
 
 def _gather_members(
@@ -745,9 +879,17 @@ def _sample_batch(
     # padded entries point at member 0 (valid masks them).
     index = torch.where(valid, positions[:, :width], 0.0).to(torch.int64)
     rows = chunk.members.gather(1, index)
-    xb = x[rows.reshape(-1)].view(kc, width, -1)
-    yb = y[rows.reshape(-1)].view(kc, width)
-    return rows, xb, yb, valid
+    # index_select into reused buffers: the same rows as x[rows], several times faster
+    # than advanced indexing on CPU, and no fresh allocation per step.
+    flat = rows.view(-1)
+    take = chunk.workspace.take
+    xb = torch.index_select(
+        x, 0, flat, out=take("xb", (flat.numel(), x.shape[1]), dtype=x.dtype, device=device)
+    )
+    yb = torch.index_select(
+        y, 0, flat, out=take("yb", (flat.numel(),), dtype=y.dtype, device=device)
+    )
+    return rows, xb.view(kc, width, -1), yb.view(kc, width), valid
 
 
 def _positions(
@@ -857,7 +999,10 @@ def _privatise(
     """
     rows, xb, yb, valid = batch
     if chunk.cached_inputs:
-        total = backend.clipped_sum(chunk.theta, xb, yb, valid, plan.clip, rows=rows)
+        out = chunk.workspace.take(
+            "total", tuple(chunk.theta.shape), dtype=chunk.theta.dtype, device=chunk.theta.device
+        )
+        total = backend.clipped_sum(chunk.theta, xb, yb, valid, plan.clip, rows=rows, out=out)
     else:
         total = backend.clipped_sum(chunk.theta, xb, yb, valid, plan.clip)
     if chunk.noise is not None:
