@@ -20,12 +20,22 @@ process's ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` (psutil is not installed
 data loading excluded). Phases are interleaved over ``--repeats`` rounds and medians
 reported, because the machine is shared.
 
+Work and roofline: "GFLOP/CPUs" is the useful work of the phase's steps at the batch sizes
+that were actually drawn (dpaudit: counted by a step observer; Opacus: the loader's
+batches; see ``_flop_per_example``), divided by the phase's CPU seconds. Every round also
+times ``torch.bmm`` alone, in the main process with the same thread count, on the five
+products of one DP-SGD step at the expected batch (forward of both layers, the backward
+product, both weight gradients, with the engine's transpositions): that is the
+"roofline" of the step's own shapes on this machine, and "of roofline" is the achieved
+GFLOP per CPU-second over it.
+
 Note on parity: Opacus' make_private derives q = 1 / len(data_loader) = 1/16 and
 expected batch int(1000/16) = 62 with 16 steps per epoch (160 steps), while dpaudit
 uses q = 64/1000 and 1000 // 64 = 15 steps per epoch (150 steps): Opacus does 6.7 %
 more steps, reported in the "steps" column and corrected for in "ratio per step".
 
-Run: ``.venv/bin/python benchmarks/train_throughput.py --repeats 5``
+Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/train_throughput.py --phases
+dpaudit-dp,dpaudit-plain,opacus-dp --threads 1 --repeats 3 [--warm]``
 """
 
 from __future__ import annotations
@@ -101,14 +111,45 @@ def run_phase(phase: str, threads: int, num_models: int, warm: bool = False) -> 
     return _run_phase_once(phase, num_models)
 
 
-def _useful_gflop(num_models: int, steps: int) -> float:
-    """Floating-point work of the DP-SGD steps at the expected batch (no padding):
-    per example and linear layer (in → out) 2·in·out for the forward pass, as much for
-    the weight gradient, and 2·in·out for the backward pass of every layer but the
-    first. Counts what any implementation must do; norms, softmax and noise excluded."""
+def _flop_per_example() -> int:
+    """Floating-point work of one example in one DP-SGD step: per linear layer (in → out)
+    2·in·out for the forward pass, as much for the weight gradient, and 2·in·out for the
+    backward pass of every layer but the first. Counts what any implementation must do;
+    norms, softmax, biases and noise excluded."""
     layers = [(64, HIDDEN), (HIDDEN, 10)]
-    per_example = sum(4 * i * o for i, o in layers) + sum(2 * i * o for i, o in layers[1:])
-    return num_models * steps * BATCH * per_example / 1e9
+    return sum(4 * i * o for i, o in layers) + sum(2 * i * o for i, o in layers[1:])
+
+
+def bmm_roofline(num_models: int, threads: int, repeats: int = 20) -> float:
+    """GFLOP/s of ``torch.bmm`` alone on the five products of one step of ``num_models``
+    models at the expected batch, with the engine's operand layouts (median of
+    ``repeats`` timings of the five, CPU seconds)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    k, b, d, h, c = num_models, BATCH, 64, HIDDEN, 10
+    g = torch.Generator().manual_seed(0)
+    x, a = torch.randn(k, b, d, generator=g), torch.randn(k, b, h, generator=g)
+    w1, w2 = torch.randn(k, h, d, generator=g), torch.randn(k, c, h, generator=g)
+    d1, d2 = torch.randn(k, b, h, generator=g), torch.randn(k, b, c, generator=g)
+    products = [
+        (x, w1.transpose(1, 2)),  # first layer forward
+        (a, w2.transpose(1, 2)),  # second layer forward
+        (d2, w2),  # backward through the second layer
+        (d1.transpose(1, 2), x),  # first layer weight gradient
+        (d2.transpose(1, 2), a),  # second layer weight gradient
+    ]
+    flop = 2 * k * b * (d * h + h * c + c * h + h * d + c * h)
+    for left, right in products:  # warm-up
+        torch.bmm(left, right)
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        for _ in range(5):
+            for left, right in products:
+                torch.bmm(left, right)
+        times.append((time.process_time() - start) / 5)
+    return flop / statistics.median(times) / 1e9
 
 
 def _run_phase_once(phase: str, num_models: int) -> dict:
@@ -119,6 +160,7 @@ def _run_phase_once(phase: str, num_models: int) -> dict:
     Xtr, ytr, Xte, yte, membership = _data(num_models)
     rss_setup = _rss_mib()
     steps = None
+    examples = [0]  # realised batch rows over all models and steps
     cpu_start = time.process_time()
     if phase.startswith("dpaudit"):
         from dpaudit.models import ModelSpec
@@ -128,10 +170,20 @@ def _run_phase_once(phase: str, num_models: int) -> dict:
         training = TrainingSpec(epochs=EPOCHS, batch_size=BATCH, learning_rate=LR, dp=dp)
         spec = ModelSpec(hidden=(HIDDEN,))
         rss_setup = _rss_mib()
+
+        def count(info) -> None:  # one reduction per step: the realised batch rows
+            examples[0] += int(info.batch_valid.sum())
+
         start = time.perf_counter()
         if phase == "dpaudit-generic":
             result = train_many_module(
-                _torch_module(0), Xtr, ytr, membership, training=training, seed=0
+                _torch_module(0),
+                Xtr,
+                ytr,
+                membership,
+                training=training,
+                seed=0,
+                step_observer=count,
             )
             seconds = time.perf_counter() - start
             accuracies = []
@@ -141,7 +193,9 @@ def _run_phase_once(phase: str, num_models: int) -> dict:
                 accuracies.append(_accuracy(module, Xte, yte))
             accuracy = float(np.mean(accuracies))
         else:
-            result = train_many(Xtr, ytr, membership, model=spec, training=training, seed=0)
+            result = train_many(
+                Xtr, ytr, membership, model=spec, training=training, seed=0, step_observer=count
+            )
             seconds = time.perf_counter() - start
             accuracy = float(result.models.accuracy(Xte, yte).mean())
         steps = EPOCHS * (TRAIN_ROWS // BATCH)
@@ -174,6 +228,7 @@ def _run_phase_once(phase: str, num_models: int) -> dict:
                     torch.nn.functional.cross_entropy(module(xb), yb).backward()
                     optimizer.step()
                     steps += 1
+                    examples[0] += len(xb)
             accuracies.append(_accuracy(module._module, Xte, yte))
         seconds = time.perf_counter() - start
         accuracy = float(np.mean(accuracies))
@@ -198,6 +253,7 @@ def _run_phase_once(phase: str, num_models: int) -> dict:
                     torch.nn.functional.cross_entropy(module(xb), yb).backward()
                     optimizer.step()
                     steps += 1
+                    examples[0] += len(xb)
             accuracies.append(_accuracy(module, Xte, yte))
         seconds = time.perf_counter() - start
         accuracy = float(np.mean(accuracies))
@@ -210,8 +266,8 @@ def _run_phase_once(phase: str, num_models: int) -> dict:
         "phase": phase,
         "seconds": seconds,
         "cpu_seconds": cpu_seconds,
-        "gflop_per_cpu_second": _useful_gflop(num_models, EPOCHS * (TRAIN_ROWS // BATCH))
-        / cpu_seconds,
+        "gflop": examples[0] * _flop_per_example() / 1e9,
+        "gflop_per_cpu_second": examples[0] * _flop_per_example() / 1e9 / cpu_seconds,
         "models_per_second": num_models / seconds,
         "steps": steps,
         "accuracy": accuracy,
@@ -236,7 +292,14 @@ def main() -> None:
         return
     phases = args.phases.split(",")
     runs: dict[str, list[dict]] = {p: [] for p in phases}
+    rooflines: list[float] = []
     for repeat in range(args.repeats):
+        rooflines.append(bmm_roofline(args.models, args.threads))
+        print(
+            f"[round {repeat + 1}] bmm roofline of the step's shapes {rooflines[-1]:.1f} GFLOP/s  "
+            f"load average {os.getloadavg()}",
+            flush=True,
+        )
         for phase in phases:
             out = subprocess.run(
                 [
@@ -259,8 +322,9 @@ def main() -> None:
             print(
                 f"[round {repeat + 1}] {phase:16s} {result['seconds']:8.2f} s "
                 f"{result['cpu_seconds']:8.2f} s CPU "
+                f"{result['gflop_per_cpu_second']:6.2f} GFLOP/CPUs "
                 f"{result['models_per_second']:8.2f} models/s  acc {result['accuracy']:.4f}  "
-                f"peak {result['rss_peak_mib']:.0f} MiB",
+                f"peak {result['rss_peak_mib']:.0f} MiB  load {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
 
@@ -268,20 +332,25 @@ def main() -> None:
         return statistics.median(r[key] for r in runs[phase])
 
     print()
+    roofline = statistics.median(rooflines)
     print(
-        f"K = {args.models} models, {args.threads} threads, {args.repeats} rounds; medians "
-        f"(peak RSS = ru_maxrss of the phase's subprocess); load average {os.getloadavg()}"
+        f"K = {args.models} models, {args.threads} threads, {args.repeats} rounds, "
+        f"{'warm' if args.warm else 'cold'}; medians (peak RSS = ru_maxrss of the phase's "
+        f"subprocess); bmm roofline of the step's shapes {roofline:.1f} GFLOP/s (median; "
+        f"range {min(rooflines):.1f}-{max(rooflines):.1f}); load average {os.getloadavg()}"
     )
     header = (
-        f"{'phase':16s} {'seconds':>8s} {'CPU s':>8s} {'GFLOP/CPUs':>10s} {'models/s':>9s} "
-        f"{'steps':>6s} {'accuracy':>9s} "
+        f"{'phase':16s} {'seconds':>8s} {'CPU s':>8s} {'GFLOP/CPUs':>10s} {'of roofline':>11s} "
+        f"{'models/s':>9s} {'steps':>6s} {'accuracy':>9s} "
         f"{'setup MiB':>10s} {'peak MiB':>9s}"
     )
     print(header)
     for phase in phases:
         print(
             f"{phase:16s} {med(phase, 'seconds'):8.2f} {med(phase, 'cpu_seconds'):8.2f} "
-            f"{med(phase, 'gflop_per_cpu_second'):10.2f} {med(phase, 'models_per_second'):9.2f} "
+            f"{med(phase, 'gflop_per_cpu_second'):10.2f} "
+            f"{100 * med(phase, 'gflop_per_cpu_second') / roofline:10.1f}% "
+            f"{med(phase, 'models_per_second'):9.2f} "
             f"{runs[phase][0]['steps']:6d} {med(phase, 'accuracy'):9.4f} "
             f"{med(phase, 'rss_setup_mib'):10.0f} {med(phase, 'rss_peak_mib'):9.0f}"
         )
@@ -314,12 +383,12 @@ def main() -> None:
     ratio_lines("dpaudit-generic", "opacus-dp", "dpaudit generic vs Opacus (models/s)")
     if "dpaudit-dp" in runs and "dpaudit-plain" in runs:
         cost = [
-            d["seconds"] / p["seconds"]
+            d["cpu_seconds"] / p["cpu_seconds"]
             for d, p in zip(runs["dpaudit-dp"], runs["dpaudit-plain"], strict=True)
         ]
         print(
-            f"dpaudit DP-SGD cost / dpaudit plain cost: median {statistics.median(cost):.2f} "
-            f"(range {min(cost):.2f}-{max(cost):.2f})"
+            f"dpaudit DP-SGD cost / dpaudit plain cost (CPU seconds): median "
+            f"{statistics.median(cost):.2f} (range {min(cost):.2f}-{max(cost):.2f})"
         )
     if "dpaudit-dp" in runs and "opacus-dp" in runs:
         gap = [
