@@ -1,19 +1,23 @@
-"""Bounds at scale: a Laplace mechanism audit at 10⁶ trials per arm (issue: priority 1).
+"""Bounds at scale: a Laplace mechanism audit at 10⁶ trials per arm (issue #18).
 
-Two measurements, each the median of ``--rounds`` rounds, CPU seconds
+Two measurements, each the median of ``--rounds`` rounds (≥ 3), CPU seconds
 (``time.process_time`` in-process, children's user + sys for the CLI) next to wall time,
-one thread (OMP/MKL/OpenBLAS threads = 1), the 1-minute load average printed:
+one thread (OMP/MKL/OpenBLAS threads = 1), the 1-minute load average printed with each:
 
-1. The two bounds alone (``epsilon_lower_bound`` and ``mu_lower_bound``, ``split``) on
-   10⁶ Laplace(0, 1) and 10⁶ Laplace(1, 1) scores: today's full scan (one Beta inversion
-   per distinct threshold, ``_curve_bounds`` + ``np.argmax``, patched back in) against
-   the pruned search of ``bounds._best_threshold``; the bounds must be identical.
+1. The two bounds alone (``split``) on 10⁶ Laplace(0, 1) and 10⁶ Laplace(1, 1) scores:
+   ``epsilon_lower_bound`` then ``mu_lower_bound`` (two calls), and
+   ``epsilon_and_mu_lower_bounds`` (one call sharing the split, the selection curve and
+   the Beta inversions); with ``--full-scan`` also the two calls with the full scan (one
+   Beta inversion per distinct threshold, ``_curve_bounds`` + ``np.argmax``, patched
+   back in; one round, it takes ~20 s). All must give identical bounds.
 2. ``dpaudit run`` end to end on ``audits/laplace.toml`` with ``trials = 1_000_000``,
    fresh run directory each round; with ``--baseline-src DIR`` (a checkout of the tree
    before the change, e.g. ``git worktree add /tmp/base <commit>``) the same command is
-   also run with ``PYTHONPATH=DIR``.
+   also run with ``PYTHONPATH=DIR``, alternating with the current tree round by round so
+   that both see the same load.
 
-Run: ``.venv/bin/python benchmarks/mechanism_scale.py [--rounds 3] [--baseline-src DIR]``
+Run: ``.venv/bin/python benchmarks/mechanism_scale.py [--rounds 3] [--baseline-src DIR]
+[--full-scan]``
 """
 
 from __future__ import annotations
@@ -41,8 +45,16 @@ from dpaudit import bounds  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _full_scan(curve: Any, *, level_fpr: float, level_fnr: float, parameter: str, delta: float):
-    """Today's selection: every threshold's bound, then the first maximiser."""
+def _full_scan(
+    curve: Any,
+    *,
+    level_fpr: float,
+    level_fnr: float,
+    parameter: str,
+    delta: float,
+    cache: Any = None,
+):
+    """The reference selection: every threshold's bound, then the first maximiser."""
     values, fpr_hi, fnr_hi = bounds._curve_bounds(
         curve, level_fpr=level_fpr, level_fnr=level_fnr, parameter=parameter, delta=delta
     )
@@ -50,63 +62,105 @@ def _full_scan(curve: Any, *, level_fpr: float, level_fnr: float, parameter: str
     return bounds._Best(i, float(values[i]), float(fpr_hi[i]), float(fnr_hi[i]))
 
 
-def _timed(fn: Callable[[], Any], rounds: int) -> tuple[Any, float, float]:
-    cpu, wall, out = [], [], None
+def _load() -> float:
+    return os.getloadavg()[0]
+
+
+def _timed(fn: Callable[[], Any], rounds: int) -> tuple[Any, float, float, list[float]]:
+    cpu, wall, loads, out = [], [], [], None
     for _ in range(rounds):
         c0, w0 = time.process_time(), time.perf_counter()
         out = fn()
         cpu.append(time.process_time() - c0)
         wall.append(time.perf_counter() - w0)
-    return out, statistics.median(cpu), statistics.median(wall)
+        loads.append(_load())
+    return out, statistics.median(cpu), statistics.median(wall), loads
 
 
-def bounds_only(trials: int, rounds: int) -> None:
+def _loads(values: list[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
+
+
+def bounds_only(trials: int, rounds: int, full_scan: bool) -> None:
     rng = np.random.default_rng(0)
     neg, pos = rng.laplace(0.0, 1.0, trials), rng.laplace(1.0, 1.0, trials)
+    kw: dict[str, Any] = {"confidence_level": 0.975, "seed": 0}
 
-    def both() -> tuple[bounds.EpsilonBound, bounds.MuBound]:
-        e = bounds.epsilon_lower_bound(neg, pos, delta=0.0, confidence_level=0.975, seed=0)
-        m = bounds.mu_lower_bound(neg, pos, confidence_level=0.975, seed=0)
+    def separately() -> tuple[bounds.EpsilonBound, bounds.MuBound]:
+        e = bounds.epsilon_lower_bound(neg, pos, delta=0.0, **kw)
+        m = bounds.mu_lower_bound(neg, pos, **kw)
         return e, m
 
-    pruned = bounds._best_threshold
-    bounds._best_threshold = _full_scan  # type: ignore[assignment]
-    try:
-        before, cpu0, wall0 = _timed(both, rounds)
-    finally:
-        bounds._best_threshold = pruned
-    after, cpu1, wall1 = _timed(both, rounds)
-    same = all(a.to_dict() == b.to_dict() for a, b in zip(before, after, strict=True))
+    def together() -> tuple[bounds.EpsilonBound, bounds.MuBound]:
+        return bounds.epsilon_and_mu_lower_bounds(neg, pos, delta=0.0, **kw)
+
     print(f"bounds only, {trials:,} per arm (ε and μ, split), median of {rounds}:")
-    print(f"  full scan : {cpu0:6.2f} s CPU  {wall0:6.2f} s wall")
-    print(f"  pruned    : {cpu1:6.2f} s CPU  {wall1:6.2f} s wall  ({cpu0 / cpu1:.0f}× less CPU)")
-    print(f"  ε_LB = {after[0].value:.6f}, μ_LB = {after[1].value:.6f}; identical: {same}")
+    results = {}
+    if full_scan:
+        pruned = bounds._best_threshold
+        bounds._best_threshold = _full_scan
+        try:
+            results["full"], cpu, wall, loads = _timed(separately, 1)
+        finally:
+            bounds._best_threshold = pruned
+        print(
+            f"  full scan, two calls (1 round) : {cpu:6.2f} s CPU  {wall:6.2f} s wall  "
+            f"(load {_loads(loads)})"
+        )
+    results["two"], cpu, wall, loads = _timed(separately, rounds)
+    print(
+        f"  pruned, two calls              : {cpu:6.2f} s CPU  {wall:6.2f} s wall  "
+        f"(load {_loads(loads)})"
+    )
+    results["one"], cpu, wall, loads = _timed(together, rounds)
+    print(
+        f"  pruned, one call for both      : {cpu:6.2f} s CPU  {wall:6.2f} s wall  "
+        f"(load {_loads(loads)})"
+    )
+    dicts = {k: [b.to_dict() for b in v] for k, v in results.items()}
+    same = all(d == dicts["one"] for d in dicts.values())
+    e, m = results["one"]
+    print(f"  ε_LB = {e.value:.6f}, μ_LB = {m.value:.6f}; identical across {sorted(dicts)}: {same}")
 
 
-def end_to_end(trials: int, rounds: int, src: str | None, label: str) -> None:
+def _run_once(exe: str, path: Path, out: str, env: dict[str, str]) -> tuple[float, float]:
+    cmd = [exe, "run", str(path), "-o", out, "-q"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    w0 = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - w0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return cpu, wall
+
+
+def end_to_end(trials: int, rounds: int, baseline: str | None) -> None:
     audit = (ROOT / "audits" / "laplace.toml").read_text()
     audit = audit.replace("trials = 100_000 ", f"trials = {trials:_} ")
-    env = dict(os.environ)
-    if src is not None:
-        env["PYTHONPATH"] = src
     exe = str(Path(sys.executable).with_name("dpaudit"))
-    cpu, wall = [], []
+    trees: dict[str, dict[str, str]] = {}
+    if baseline is not None:
+        trees["before"] = {**os.environ, "PYTHONPATH": baseline}
+    trees["after"] = dict(os.environ)
+    cpu: dict[str, list[float]] = {k: [] for k in trees}
+    wall: dict[str, list[float]] = {k: [] for k in trees}
+    loads: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "laplace-1m.toml"
         path.write_text(audit)
         for r in range(rounds):
-            cmd = [exe, "run", str(path), "-o", f"{tmp}/run{r}", "-q"]
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            w0 = time.perf_counter()
-            subprocess.run(cmd, env=env, check=False, stdout=subprocess.DEVNULL)
-            wall.append(time.perf_counter() - w0)
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
-    print(
-        f"dpaudit run, laplace at {trials:,} per arm ({label}), median of {rounds}: "
-        f"{statistics.median(cpu):.2f} s CPU  {statistics.median(wall):.2f} s wall  "
-        f"(rounds CPU: {', '.join(f'{c:.2f}' for c in cpu)})"
-    )
+            for label, env in trees.items():
+                c, w = _run_once(exe, path, f"{tmp}/{label}{r}", env)
+                cpu[label].append(c)
+                wall[label].append(w)
+            loads.append(_load())
+    for label in trees:
+        print(
+            f"dpaudit run, laplace at {trials:,} per arm ({label}), median of {rounds}: "
+            f"{statistics.median(cpu[label]):.2f} s CPU  {statistics.median(wall[label]):.2f} s "
+            f"wall  (rounds CPU: {', '.join(f'{c:.2f}' for c in cpu[label])}; load after each "
+            f"round: {_loads(loads)})"
+        )
 
 
 def main() -> None:
@@ -115,13 +169,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--baseline-src", default=None)
     parser.add_argument("--skip-cli", action="store_true")
+    parser.add_argument("--skip-bounds", action="store_true")
+    parser.add_argument("--full-scan", action="store_true")
     args = parser.parse_args()
+    if args.rounds < 3:
+        parser.error("--rounds must be at least 3 (medians of 3 or more)")
     print(f"load average at start: {os.getloadavg()}")
-    bounds_only(args.trials, args.rounds)
+    if not args.skip_bounds:
+        bounds_only(args.trials, args.rounds, args.full_scan)
     if not args.skip_cli:
-        if args.baseline_src:
-            end_to_end(args.trials, args.rounds, args.baseline_src, "before")
-        end_to_end(args.trials, args.rounds, None, "after")
+        end_to_end(args.trials, args.rounds, args.baseline_src)
     print(f"load average at end: {os.getloadavg()}")
 
 

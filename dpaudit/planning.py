@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from scipy import stats
 
 from dpaudit.bounds import (
     EpsilonBound,
@@ -471,6 +470,8 @@ def _check_trials(name: str, value: Any) -> int:
 def _upper(k: np.ndarray, n: int, level: float) -> np.ndarray:
     """One-sided Clopper–Pearson upper limit for (possibly fractional) k errors of n."""
     # The upper limit is the level-quantile of Beta(k + 1, n − k); at k = n it is 1.
+    from scipy import stats  # here, not at the top: writing a result never needs it
+
     k = np.clip(k, 0.0, float(n))
     out = np.ones_like(k)
     inside = k < n
@@ -537,6 +538,8 @@ def ideal_guess_accuracy(
     assert mechanism_mu is not None
     if not mechanism_mu >= 0:
         raise DpauditError(f"mechanism_mu must be ≥ 0. Got {mechanism_mu!r}.")
+    from scipy import stats  # here, not at the top (see _upper)
+
     return float(stats.norm.cdf(mechanism_mu / 2.0))
 
 

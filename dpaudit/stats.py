@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Literal, NamedTuple
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 from dpaudit.errors import DpauditError, check_choice, check_in_interval
 
@@ -103,11 +103,21 @@ def clopper_pearson_upper(k: np.ndarray, n: int, *, level: float) -> np.ndarray:
     return out
 
 
+def normal_quantile(p: float) -> float:
+    """Φ⁻¹(p), the standard normal quantile, for p in (0, 1).
+
+    ``scipy.special.ndtri`` is what ``scipy.stats.norm.ppf`` evaluates for p in (0, 1)
+    (then times scale 1 plus loc 0, which changes no bit); calling it directly keeps
+    scipy.stats (≈ 0.5 s of imports) out of every command that only needs a quantile.
+    """
+    return float(special.ndtri(p))
+
+
 def normal_interval(
     estimate: float, standard_error: float, *, confidence_level: float, clip=(0.0, 1.0)
 ) -> ConfidenceInterval:
     """Two-sided Wald interval ``estimate ± z·se`` clipped to ``clip``."""
-    z = float(stats.norm.ppf(0.5 + confidence_level / 2.0))
+    z = normal_quantile(0.5 + confidence_level / 2.0)
     low = max(clip[0], estimate - z * standard_error)
     high = min(clip[1], estimate + z * standard_error)
     return ConfidenceInterval(low, high)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import optimize, special
+from scipy import special
 
 from dpaudit.errors import DpauditError, check_in_interval
 
@@ -143,6 +143,8 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     hi = max(mu * (mu / 2.0 - float(special.ndtri(delta))), 1e-12)
     while gdp_delta(hi, mu) > delta:  # guard against rounding at the edge
         hi *= 2.0
+    from scipy import optimize  # here, not at the top: most runs never solve for ε or μ
+
     return float(optimize.brentq(gap, 0.0, hi, xtol=1e-13, rtol=1e-13, maxiter=500))
 
 
@@ -185,6 +187,8 @@ def gdp_mu(epsilon: float, delta: float) -> float:
         lo, hi = lo - math.log(2.0), lo
         if lo < math.log(1e-300):
             return 0.0  # μ below 1e-300: zero to double precision
+    from scipy import optimize  # here, not at the top (see gdp_epsilon)
+
     return float(math.exp(optimize.brentq(gap, lo, hi, xtol=1e-15, rtol=1e-14, maxiter=500)))
 
 

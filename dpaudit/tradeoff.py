@@ -8,13 +8,18 @@ rejects H0 when s ≥ t, so FPR(t) = P[s ≥ t | H0] and FNR(t) = P[s < t | H1].
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from dpaudit.errors import DpauditError
-from dpaudit.stats import ConfidenceInterval, check_confidence_level, clopper_pearson
+from dpaudit.stats import (
+    ConfidenceInterval,
+    check_confidence_level,
+    clopper_pearson,
+    normal_quantile,
+)
 
 DEFAULT_FPRS: tuple[float, ...] = (0.1, 0.01, 0.001)
 
@@ -62,12 +67,56 @@ class TradeoffCurve:
         """Build the curve from the H0 (negative) and H1 (positive) scores."""
         neg = np.sort(as_scores("negative_scores", negative_scores))
         pos = np.sort(as_scores("positive_scores", positive_scores))
-        distinct = np.unique(np.concatenate([neg, pos]))[::-1]
-        thresholds = np.concatenate([[np.inf], distinct])
-        # count of s >= t = n - (number of s strictly below t)
-        fp = neg.size - np.searchsorted(neg, thresholds, side="left")
-        tp = pos.size - np.searchsorted(pos, thresholds, side="left")
-        return cls(thresholds, fp, tp, int(neg.size), int(pos.size))
+        return cls.from_sorted(neg, pos)
+
+    @classmethod
+    def from_sorted(cls, negative_sorted: np.ndarray, positive_sorted: np.ndarray) -> TradeoffCurve:
+        """Build the curve from each hypothesis' scores already sorted in increasing order.
+
+        The two sorted samples are merged in O(n) (a stable sort of two ascending runs is
+        one merge), and each distinct score's counts are read off running counts of the
+        merged labels: the negatives strictly below a distinct value are those that come
+        before its first occurrence. This gives exactly the thresholds and counts of
+        ``np.unique`` and ``np.searchsorted`` (the construction this replaced), at a
+        fraction of the cost at 10⁶ scores. Inputs are trusted: finite, 1-D, sorted.
+        """
+        neg = np.asarray(negative_sorted, dtype=float)
+        pos = np.asarray(positive_sorted, dtype=float)
+        n0, n1 = int(neg.size), int(pos.size)
+        # At 10⁶ scores every temporary is megabytes of fresh pages (page faults cost
+        # more than the arithmetic here): each is dropped as soon as it has been used,
+        # and the outputs are written in place rather than concatenated.
+        merged = np.concatenate([neg, pos])
+        order = np.argsort(merged, kind="stable")
+        merged = merged[order]
+        is_neg = order < n0
+        del order
+        first = np.empty(merged.size, dtype=bool)  # the first occurrence of each value
+        first[:1] = True
+        np.not_equal(merged[1:], merged[:-1], out=first[1:])
+        starts = np.flatnonzero(first)[::-1]  # decreasing values from here on
+        del first
+        m = starts.size
+        # Decreasing thresholds, +inf first (reject nothing: no score is >= +inf).
+        thresholds = np.empty(m + 1)
+        thresholds[0] = np.inf
+        np.take(merged, starts, out=thresholds[1:])
+        del merged
+        # negatives among the first i merged scores; those before a value's first
+        # occurrence are the negatives strictly below it
+        seen = np.empty(is_neg.size + 1, dtype=np.int64)
+        seen[0] = 0
+        np.cumsum(is_neg, out=seen[1:])
+        del is_neg
+        fp = np.empty(m + 1, dtype=np.int64)
+        tp = np.empty(m + 1, dtype=np.int64)
+        fp[0] = tp[0] = 0
+        np.take(seen, starts, out=fp[1:])  # negatives strictly below each value
+        del seen
+        np.subtract(starts, fp[1:], out=tp[1:])  # positives strictly below
+        np.subtract(n0, fp[1:], out=fp[1:])
+        np.subtract(n1, tp[1:], out=tp[1:])
+        return cls(thresholds, fp, tp, n0, n1)
 
     @property
     def fn(self) -> np.ndarray:
@@ -77,11 +126,13 @@ class TradeoffCurve:
     def tn(self) -> np.ndarray:
         return self.negatives - self.fp
 
-    @property
+    @cached_property
     def fpr(self) -> np.ndarray:
+        # Cached: the metrics read it at several targets, and at 10⁶ thresholds each fresh
+        # division is an 8 MB array. The curve is frozen, so the cache never goes stale.
         return self.fp / self.negatives
 
-    @property
+    @cached_property
     def tpr(self) -> np.ndarray:
         return self.tp / self.positives
 
@@ -92,7 +143,14 @@ class TradeoffCurve:
     def auc(self) -> float:
         """Area under the ROC curve: P[s₁ > s₀] + ½·P[s₁ = s₀] (the trapezoid rule)."""
         fpr, tpr = self.fpr, self.tpr
-        return float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2.0))
+        # np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2.0), the same operations in the
+        # same order, with one temporary fewer than three (megabytes at 10⁶ thresholds).
+        width = np.diff(fpr)
+        height = np.add(tpr[1:], tpr[:-1])
+        np.multiply(width, height, out=width)
+        del height
+        np.divide(width, 2.0, out=width)
+        return float(np.sum(width))
 
     def tpr_at(self, fpr: float) -> float:
         """The largest TPR among thresholds whose empirical FPR is at most ``fpr``."""
@@ -200,6 +258,37 @@ def delong_auc_variance(negative_scores: np.ndarray, positive_scores: np.ndarray
     return float(np.var(v10, ddof=1) / m + np.var(v01, ddof=1) / n)
 
 
+def delong_auc_variance_from_curve(curve: TradeoffCurve) -> float:
+    """:func:`delong_auc_variance` of the scores that ``curve`` was built from, read off its
+    counts in O(thresholds), bit for bit the same value.
+
+    At the distinct score t_i (row i ≥ 1; row i − 1 is the next larger score, or +inf),
+    the negatives below t_i number n − fp[i], those at most t_i n − fp[i − 1], and
+    tp[i] − tp[i − 1] positives score exactly t_i; so each positive's component
+    (c_< + c_≤)/2n is a function of its row, and the components of the sorted positives
+    are those per-row values repeated by the multiplicities, in increasing order of t.
+    The integer sums and the one scaling are the ones :func:`delong_auc_variance`
+    computes, and ``np.var`` sees the same array in the same order: the same bits.
+    The negatives' components V01(y) = (c_> + c_≥)/2m likewise, with tp[i] + tp[i − 1].
+    """
+    m, n = curve.positives, curve.negatives
+    if m < 2 or n < 2:
+        return float("nan")
+    fp, tp = curve.fp, curve.tp
+    # Rows 1.. in increasing order of the score (the thresholds decrease with the row).
+    fp_at, fp_above = fp[:0:-1], fp[-2::-1]
+    tp_at, tp_above = tp[:0:-1], tp[-2::-1]
+    # (n − fp[i]) + (n − fp[i − 1]) = 2n − (fp[i] + fp[i − 1]): the same integer.
+    below = np.add(fp_at, fp_above)
+    np.subtract(2 * n, below, out=below)
+    v10 = np.repeat(below * (0.5 / n), tp_at - tp_above)
+    del below
+    above = np.add(tp_at, tp_above)
+    v01 = np.repeat(above * (0.5 / m), fp_at - fp_above)
+    del above
+    return float(np.var(v10, ddof=1) / m + np.var(v01, ddof=1) / n)
+
+
 def membership_metrics(
     negative_scores: Any,
     positive_scores: Any,
@@ -232,9 +321,9 @@ def membership_metrics(
     elif (curve.negatives, curve.positives) != (neg.size, pos.size):
         raise ValueError("membership_metrics: 'curve' is not the curve of these scores")
     auc = curve.auc()
-    var = delong_auc_variance(neg, pos)
+    var = delong_auc_variance_from_curve(curve)
     if np.isfinite(var):
-        z = float(sps.norm.ppf(0.5 + c / 2.0))
+        z = normal_quantile(0.5 + c / 2.0)
         se = float(np.sqrt(max(var, 0.0)))
         auc_ci = ConfidenceInterval(max(0.0, auc - z * se), min(1.0, auc + z * se))
     else:  # one score in a class: no variance estimate, the honest interval is everything

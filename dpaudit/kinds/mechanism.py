@@ -409,7 +409,7 @@ class MechanismKind(AuditKind[MechanismSection]):
     def summarise(
         self, section: MechanismSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
-        from dpaudit.bounds import epsilon_lower_bound, mu_lower_bound
+        from dpaudit.bounds import epsilon_and_mu_lower_bounds
         from dpaudit.mechanisms import Claim
         from dpaudit.results import Comparison, gdp_implied_comparison, score_summary, theory_curves
 
@@ -419,8 +419,9 @@ class MechanismKind(AuditKind[MechanismSection]):
         mech = build_mechanism(section, str(context.base_dir))
         upper = _upper(section, mech, context.delta)
         c, seed, threshold = context.confidence_level, context.seed, section.threshold
-        # Both comparisons enter the verdict's one budget: each bound at `level`.
-        eps_lb = epsilon_lower_bound(
+        # Both comparisons enter the verdict's one budget: each bound at `level`. Computed
+        # together (one split, one selection curve), each is what its own call would give.
+        eps_lb, mu_lb = epsilon_and_mu_lower_bounds(
             neg,
             pos,
             delta=upper.epsilon_delta,
@@ -428,7 +429,6 @@ class MechanismKind(AuditKind[MechanismSection]):
             threshold=threshold,
             seed=seed,
         )
-        mu_lb = mu_lower_bound(neg, pos, confidence_level=level, threshold=threshold, seed=seed)
         label = f"{mech.name} mechanism"
         source = upper.source
         comparisons = [
