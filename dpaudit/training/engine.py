@@ -149,6 +149,34 @@ def _activation_and_backward(
     )
 
 
+# Layers with fewer outputs than this compute their pre-activations transposed (below).
+NARROW_LAYER = 32
+
+
+def _affine(
+    a: torch.Tensor,
+    w: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    out: torch.Tensor | None = None,
+    scratch: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Every model's pre-activations ``a wᵀ + b``: ``(Kc, B, in)`` → ``(Kc, B, out)``,
+    contiguous (in ``out`` when given).
+
+    A narrow layer (the classifier's few outputs) is computed as ``(w aᵀ + b)ᵀ``, one
+    ``baddbmm`` into ``scratch`` and a copy: on CPU the batched product with only ``out``
+    columns runs at a fraction of the speed of the transposed one (measured 487 → 217 µs
+    for 64 models, 83 rows, 64 → 10 on one thread), and the bias comes free.
+    """
+    if w.shape[1] < NARROW_LAYER:
+        transposed = torch.baddbmm(b.unsqueeze(2), w, a.transpose(1, 2), out=scratch)
+        if out is None:
+            return transposed.transpose(1, 2).contiguous()
+        return out.copy_(transposed.transpose(1, 2))
+    return torch.bmm(a, w.transpose(1, 2), out=out).add_(b.unsqueeze(1))
+
+
 class LinearStackBackend:
     """Closed-form forward/backward of stacked logistic / MLP models with cross-entropy.
 
@@ -205,7 +233,7 @@ class LinearStackBackend:
         a = xb
         last = len(weights) - 1
         for layer, (w, b) in enumerate(zip(weights, biases, strict=True)):
-            z = torch.bmm(a, w.transpose(1, 2)).add_(b.unsqueeze(1))
+            z = _affine(a, w, b)
             if layer < last:
                 a, backward = _activation_and_backward(self.spec.activation, z)
                 inputs.append(a)
@@ -323,8 +351,13 @@ class LinearStackBackend:
         a = xb
         last = len(weights) - 1
         for layer, (w, b) in enumerate(zip(weights, biases, strict=True)):
-            z = take(f"z{layer}", (kc, width, w.shape[1]))
-            torch.bmm(a, w.transpose(1, 2), out=z).add_(b.unsqueeze(1))
+            z = _affine(
+                a,
+                w,
+                b,
+                out=take(f"z{layer}", (kc, width, w.shape[1])),
+                scratch=take("transposed", (kc, w.shape[1], width)),
+            )
             if layer < last:
                 a, backward = _activation_and_backward(self.spec.activation, z)
                 inputs.append(a)
@@ -743,6 +776,8 @@ class _Chunk:
     gens_canary: dict[int, torch.Generator]  # chunk position -> stream, included models
     block: int  # steps per noise block
     gap_counts: np.ndarray  # (Kc,) gaps drawn per step
+    gap_count_col: torch.Tensor  # (Kc,) the same, int64
+    last_gap_col: torch.Tensor  # (Kc, 1) int64 index of each model's last drawn gap
     gaps: torch.Tensor  # (Kc, SAMPLING_BLOCK, max gap count) float64 geometric gaps
     gap_padding: torch.Tensor  # (Kc, 1, max gap count) the columns a model does not draw
     noise: torch.Tensor | None  # (Kc, block, P)
@@ -842,6 +877,10 @@ def _plan_chunk(
         gens_canary=gens_canary,
         block=block,
         gap_counts=gap_counts,
+        gap_count_col=torch.as_tensor(gap_counts, dtype=torch.int64, device=device),
+        last_gap_col=torch.as_tensor(
+            np.maximum(gap_counts - 1, 0), dtype=torch.int64, device=device
+        ).unsqueeze(1),
         gaps=torch.full((kc, SAMPLING_BLOCK, m_max), math.inf, dtype=torch.float64, device=device),
         gap_padding=(
             torch.arange(m_max, device=device)[None, None, :]
@@ -906,10 +945,15 @@ def _positions(
     counts = (positions < chunk.size_col).sum(dim=1)
     if not all_active:
         counts = torch.where(active, counts, 0)
-    # The last drawn position < n − 1: the next gap might still land on a member.
-    m = torch.as_tensor(chunk.gap_counts, device=positions.device).clamp(min=1)
-    last = positions.gather(1, (m - 1).unsqueeze(1)).squeeze(1)
-    short = (last < chunk.size_col.squeeze(1) - 1) & (counts > 0)
+    # A model is short of gaps when all its m drawn gaps landed on members (count = m;
+    # inactive models have count 0 < m) and the last lands before its last member n − 1:
+    # the next gap might still land on one. The first test is one cheap comparison per
+    # step; the second runs only when the first fires (rarely, except when q = 1).
+    full = counts == chunk.gap_count_col
+    if not bool(full.any()):
+        return positions, counts
+    last = positions.gather(1, chunk.last_gap_col).squeeze(1)
+    short = full & (last < chunk.size_col.squeeze(1) - 1)
     if not bool(short.any()):
         return positions, counts
     extra: dict[int, torch.Tensor] = {}
