@@ -96,11 +96,11 @@ def test_two_processes_train_the_same_models_bit_for_bit(overrides) -> None:
     assert torch.equal(one.models.flat_parameters(), two.models.flat_parameters())
     assert one.records == two.records
     assert one.models.dtype == two.models.dtype
-    # Progress: the same end, never backwards, every count a chunk boundary.
+    # Progress: the same end, never backwards (workers finish chunks in any order, so
+    # the counts between are sums of whole chunks, not the run's chunk boundaries).
     assert one_progress[-1] == two_progress[-1] == (7, 7)
     done = [d for d, _ in two_progress]
     assert done == sorted(set(done))
-    assert set(done) <= {stop for _, stop in run.chunks}
     assert len(run.workers) == 2
     assert all(w.user_seconds > 0 and w.max_rss_mib > 0 for w in run.workers)
     assert len({w.pid for w in run.workers} | {os.getpid()}) == 3
@@ -207,6 +207,14 @@ def test_estimated_seconds_is_the_work_of_the_steps() -> None:
     assert full == pytest.approx(3 * 100 * 7 / parallel.EXAMPLE_PARAMETERS_PER_SECOND)
 
 
+def test_the_speed_constant_gives_the_benchmark_its_measured_order_of_magnitude() -> None:
+    # benchmarks/engine_scale.py: 1,000 MLPs 64→64→10 (P = 4,810), 1,000 members each,
+    # 10 epochs at batch 64 took 19 to 23 CPU-s on one thread at HEAD 96d3f35.
+    spec = TrainingSpec(epochs=10, batch_size=64)
+    got = estimated_seconds(np.full(1000, 1000), training=spec, num_parameters=4810)
+    assert 5.0 < got < 23.0
+
+
 def test_chunks_are_dealt_whole_in_order_and_balanced() -> None:
     chunks = chunk_bounds(10, 3)
     assert chunks == [(0, 3), (3, 6), (6, 9), (9, 10)]
@@ -234,7 +242,7 @@ def test_auto_is_one_process_inside_a_worker(monkeypatch) -> None:
     plan = {
         "membership": membership,
         "training": TrainingSpec(epochs=500, batch_size=8),
-        "num_parameters": 10**9,  # about 70 s of estimated work
+        "num_parameters": 10**6,  # about 70 s of estimated work
         "chunk": lambda: 1,
     }
     monkeypatch.delenv(PROCESSES_ENV, raising=False)

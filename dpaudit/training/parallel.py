@@ -89,11 +89,11 @@ A pool costs about 1.4 s of wall time the first time in a parent process (the fo
 server imports torch and dpaudit) and then ~0.03 s, plus pickling the data and the
 parameters; 2 s of work per process keeps that overhead a minority even when cold."""
 
-EXAMPLE_PARAMETERS_PER_SECOND = 4e12
+EXAMPLE_PARAMETERS_PER_SECOND = 4e9
 """Engine speed assumed by :func:`estimated_seconds`: (examples × parameters) per CPU
-second of DP-SGD on one thread. Measured at HEAD 96d3f35: 2.4e12 (1,000 MLPs
-64→64→10, 150 steps of 64 examples, 19 CPU-s); the value is taken faster than that
-so that the estimate errs towards fewer processes."""
+second of DP-SGD on one thread. Measured at HEAD 96d3f35: 2.4e9 (1,000 MLPs 64→64→10,
+150 steps of 64 examples each, 4.6e10 example-parameters in 19 CPU-s); the value is
+taken faster than that so that the estimate errs towards fewer processes."""
 
 
 # ------------------------------------------------------------------------------ sizing
