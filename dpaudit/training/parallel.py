@@ -317,7 +317,7 @@ class ParallelRun:
         startup_seconds: wall time from creating the pool until the first worker began
             its task (process start; ``time.perf_counter`` is the system's monotonic
             clock on Linux, so the parent's and the workers' readings compare).
-        workers: each worker's own resource usage.
+        workers: each worker process's own resource usage (one entry per process).
     """
 
     processes: int
@@ -538,7 +538,11 @@ def train_in_processes(
             groups=tuple(tuple(g) for g in groups),
             start_method=ctx.get_start_method(),
             startup_seconds=first_start - pool_started,
-            workers=tuple(usages[t] for t in tasks),
+            # A worker may take two tasks when one finishes before the other starts;
+            # its usage is cumulative, so keep its last report only.
+            workers=tuple(
+                {u.pid: u for u in sorted(usages.values(), key=lambda u: u.user_seconds)}.values()
+            ),
         )
     ]
     stack = ModelStack.from_flat(
