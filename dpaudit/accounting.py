@@ -28,7 +28,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from dpaudit.errors import DpauditError, check_choice, check_in_interval
 from dpaudit.records import DPSGDRecord
-from dpaudit.theory import MuBracket, gdp_bracket, laplace_scale
+from dpaudit.theory import MuBracket, gdp_bracket, gdp_delta, gdp_epsilon, laplace_scale
 
 __all__ = [
     "ACCOUNTANTS",
@@ -305,6 +305,16 @@ def privacy_profile(
 # --------------------------------------------------------------------------------------
 
 
+def _gaussian_composition_mu(event: dp_accounting.DpEvent) -> float | None:
+    """√T/σ when ``event`` is T self-composed Gaussian steps (or one), else ``None``."""
+    count = 1
+    if isinstance(event, dp_accounting.SelfComposedDpEvent):
+        count, event = int(event.count), event.event
+    if isinstance(event, dp_accounting.GaussianDpEvent) and event.noise_multiplier > 0:
+        return math.sqrt(count) / float(event.noise_multiplier)
+    return None
+
+
 def mu_bracket(
     record_or_event: Recordish,
     *,
@@ -327,6 +337,18 @@ def mu_bracket(
     """
     event = _as_event(record_or_event)
     delta_floor = check_in_interval("delta_floor", delta_floor, 0.0, 1.0, low_open=True)
+    exact_mu = _gaussian_composition_mu(event)
+    if exact_mu is not None:
+        # Full batch (no subsampling): T Gaussian steps of noise multiplier σ are exactly
+        # √T/σ-GDP (Dong, Roth, Su 2019, Cor. 3.3), whose profile δ_μ(ε) is known in
+        # closed form (:func:`dpaudit.theory.gdp_delta`): the same measurement on the
+        # exact profile, without building a PLD of the whole loss support.
+        return gdp_bracket(
+            lambda eps: np.asarray(gdp_delta(eps, exact_mu), dtype=float),
+            epsilon_max=gdp_epsilon(exact_mu, delta_floor),
+            delta_floor=delta_floor,
+            rtol=rtol,
+        )
     acc = _accountant(event, "pld", value_discretization_interval)
     epsilon_max = float(acc.get_epsilon(delta_floor))  # fast: one reverse scan
     profile = _profile_of(acc, "pld")

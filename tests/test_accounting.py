@@ -251,3 +251,26 @@ def test_bad_input(kwargs, match):
 def test_bad_record_type():
     with pytest.raises(DpauditError, match=r"Expected a DPSGDRecord or a dp_accounting\.DpEvent"):
         accounting.epsilon({"sigma": 1.0}, delta=1e-5)
+
+
+@pytest.mark.parametrize(("sigma", "steps"), [(5.0, 100), (1.0, 1), (0.8, 30)])
+def test_full_batch_mu_bracket_is_the_exact_gaussian_composition(sigma, steps):
+    """q = 1: the bracket is measured on the closed-form profile of √T/σ-GDP (Dong, Roth,
+    Su 2019, Cor. 3.3) and agrees with the measurement of dp-accounting's PLD profile."""
+    from dpaudit.accounting import _profile_function
+    from dpaudit.theory import gdp_bracket
+
+    event = accounting.dpsgd_event(noise_multiplier=sigma, sampling_rate=1.0, steps=steps)
+    b = accounting.mu_bracket(event)
+    mu = math.sqrt(steps) / sigma
+    assert b.low <= mu * (1 + 1e-9) and b.high >= mu * (1 - 1e-9)
+    assert b.low == pytest.approx(mu, rel=1e-9)  # μ_A is constant on the exact profile
+    assert (b.high - b.low) / b.low <= 1e-3
+    pld = dp_accounting.pld.PLDAccountant(
+        value_discretization_interval=accounting.DEFAULT_VALUE_DISCRETIZATION_INTERVAL
+    ).compose(event)
+    reference = gdp_bracket(
+        _profile_function(event), epsilon_max=float(pld.get_epsilon(1e-10))
+    )
+    assert b.low == pytest.approx(reference.low, rel=1e-3)
+    assert b.high == pytest.approx(reference.high, rel=1e-3)
