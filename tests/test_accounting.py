@@ -263,14 +263,13 @@ def test_full_batch_mu_bracket_is_the_exact_gaussian_composition(sigma, steps):
     event = accounting.dpsgd_event(noise_multiplier=sigma, sampling_rate=1.0, steps=steps)
     b = accounting.mu_bracket(event)
     mu = math.sqrt(steps) / sigma
-    assert b.low <= mu * (1 + 1e-9) and b.high >= mu * (1 - 1e-9)
+    assert b.low <= mu * (1 + 1e-9)
+    assert b.high >= mu * (1 - 1e-9)
     assert b.low == pytest.approx(mu, rel=1e-9)  # μ_A is constant on the exact profile
     assert (b.high - b.low) / b.low <= 1e-3
     pld = dp_accounting.pld.PLDAccountant(
         value_discretization_interval=accounting.DEFAULT_VALUE_DISCRETIZATION_INTERVAL
     ).compose(event)
-    reference = gdp_bracket(
-        _profile_function(event), epsilon_max=float(pld.get_epsilon(1e-10))
-    )
+    reference = gdp_bracket(_profile_function(event), epsilon_max=float(pld.get_epsilon(1e-10)))
     assert b.low == pytest.approx(reference.low, rel=1e-3)
     assert b.high == pytest.approx(reference.high, rel=1e-3)
