@@ -1302,8 +1302,10 @@ def train_many(
 
     All K models of a chunk run as one batched computation; chunks are sized so that
     their working memory stays within ``memory_budget_bytes``. Every model draws from
-    its own random streams derived from ``(seed, model_offset + k)``, so the result is
-    the same whatever the chunking, and the same as training the models one at a time.
+    its own random streams derived from ``(seed, model_offset + k)``, so every chunking
+    draws the same batches and noise; in float32 the sums of a padded batch depend on
+    the chunk's width in the last bits (exactly the same in float64 up to 1e-10, as the
+    tests check), which is why worker processes train whole chunks of this plan.
 
     Args:
         X: ``(n, d)`` features (numpy array or tensor).
