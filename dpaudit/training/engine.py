@@ -1304,7 +1304,7 @@ def train_many(
     their working memory stays within ``memory_budget_bytes``. Every model draws from
     its own random streams derived from ``(seed, model_offset + k)``, so every chunking
     draws the same batches and noise; in float32 the sums of a padded batch depend on
-    the chunk's width in the last bits (exactly the same in float64 up to 1e-10, as the
+    the chunk's width in the last bits (in float64 they agree to 1e-10, as the
     tests check), which is why worker processes train whole chunks of this plan.
 
     Args:
