@@ -347,8 +347,6 @@ GRID_METRICS = (("TPR@1%", 0.01), ("TPR@0.1%", 0.001), ("AUC", None))
 #: The named variants compared (``"lira"``, the configurable attack, duplicates one of
 #: them: online, variance "auto"); the loss attack is shown as a baseline only.
 GRID_CANDIDATES = tuple(v for v in VARIANTS[1:] if v != "auto")
-#: Per (dataset, K): the variant "auto" chose at each seed (filled by run_grid).
-AUTO_CHOICES: dict[tuple[str, int], list[str]] = {}
 
 
 def configured_default() -> str:
@@ -379,10 +377,10 @@ def _default_equivalent(name: str, k: int) -> str:
     return name
 
 
-def grid_cell_scores(target, *, k: int, seed: int) -> dict[str, np.ndarray]:
+def grid_cell_scores(target, *, k: int, seed: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Scores of the audited rows by the loss attack and, from ONE reference set of ``k``
-    models (the set the kind's default ``["loss", "shadow", "lira"]`` would train: the
-    seed of position 2), by every LiRA variant and RMIA."""
+    models (the set the kind's default ``["loss", "shadow", "auto"]`` trains: the seed of
+    position 2), by every LiRA variant, RMIA and "auto"; and what "auto" chose."""
     from dpaudit.attacks import LossAttack, get_attack, score_with_shared_references
     from dpaudit.membership import attack_seed
 
@@ -392,17 +390,12 @@ def grid_cell_scores(target, *, k: int, seed: int) -> dict[str, np.ndarray]:
     attacks = [get_attack(name, num_reference_models=k) for name in names]
     scores = score_with_shared_references(context, X, y, attacks, seed=attack_seed(seed, 2))
     out = {"loss": np.asarray(LossAttack().score(context, X, y, seed=attack_seed(seed, 0)))[0]}
-    out_choice = LAST_CHOICE
-    out_choice.clear()
+    chosen: dict[str, str] = {}
     for name, s, attack in zip(names, scores, attacks, strict=True):
         out[name] = np.asarray(s, dtype=np.float64)[0]
         if attack.outcome():
-            out_choice[name] = attack.outcome()["selected"]
-    return out
-
-
-#: What attacks that choose (``"auto"``) chose in the last :func:`grid_cell_scores` call.
-LAST_CHOICE: dict[str, str] = {}
+            chosen[name] = attack.outcome()["selected"]
+    return out, chosen
 
 
 def grid_metrics(scores: np.ndarray, coins: np.ndarray) -> dict[str, float]:
@@ -428,6 +421,8 @@ def run_grid(*, seeds: range, json_path: str | None) -> None:
     # values[dataset][k][attack][metric] = one value per seed
     values: dict[str, dict[int, dict[str, dict[str, list[float]]]]] = {}
     cost: list[dict[str, Any]] = []
+    # per (dataset, K): the variant "auto" chose at each seed
+    auto_choices: dict[tuple[str, int], list[str]] = {}
     for dataset_name, (options, model, training) in GRID_RECIPES.items():
         ds = load_dataset(dataset_name, **options)
         values[dataset_name] = {k: {} for k in GRID_KS}
@@ -442,9 +437,9 @@ def run_grid(*, seeds: range, json_path: str | None) -> None:
             acc = _accuracies(target)
             for k in GRID_KS:
                 c1, t1 = time.process_time(), time.perf_counter()
-                scores = grid_cell_scores(target, k=k, seed=seed)
-                if "auto" in LAST_CHOICE:
-                    AUTO_CHOICES.setdefault((dataset_name, k), []).append(LAST_CHOICE["auto"])
+                scores, chosen = grid_cell_scores(target, k=k, seed=seed)
+                if "auto" in chosen:
+                    auto_choices.setdefault((dataset_name, k), []).append(chosen["auto"])
                 for name, row in scores.items():
                     per = values[dataset_name][k].setdefault(name, {})
                     for label, value in grid_metrics(row, coins).items():
@@ -474,7 +469,7 @@ def run_grid(*, seeds: range, json_path: str | None) -> None:
     for dataset_name, per_k in values.items():
         for k, per_attack in per_k.items():
             verdicts += show_grid_cell(dataset_name, k, per_attack, default=default)
-    for (dataset_name, k), chosen in AUTO_CHOICES.items():
+    for (dataset_name, k), chosen in auto_choices.items():
         print(f"'auto' chose, {dataset_name} K={k}, seeds in order: {', '.join(chosen)}")
     print("\n### Is the configured default within the best variant's seed range?\n")
     print(
@@ -527,7 +522,7 @@ def run_grid(*, seeds: range, json_path: str | None) -> None:
                     "values": {d: {str(k): a for k, a in pk.items()} for d, pk in values.items()},
                     "verdicts": verdicts,
                     "cost": cost,
-                    "auto_choices": {f"{d} K={k}": c for (d, k), c in AUTO_CHOICES.items()},
+                    "auto_choices": {f"{d} K={k}": c for (d, k), c in auto_choices.items()},
                 },
                 f,
                 indent=1,
