@@ -146,6 +146,46 @@ def test_no_margin_gives_the_same_results_whatever_the_chunking(
     torch.testing.assert_close(alone.models.flat_parameters()[0], together[2], atol=1e-10, rtol=0)
 
 
+def test_a_models_noise_does_not_depend_on_how_many_models_share_its_chunk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The noise block was once shortened for large chunks (to cap the chunk's noise
+    # memory), which cut each model's noise stream into other calls: a model trained
+    # among 1,000 on digits differed from the same model trained among 64 by up to 0.4
+    # after one epoch; here (one chunk of 300, block 11 instead of 16) by 0.025. Now the
+    # block depends on the model's size only, so the two agree to float32 rounding of
+    # the padded batch products.
+    monkeypatch.setattr(engine, "STEP_WORKING_SET_BYTES", 2**40)
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(256, 64)).astype(np.float32)
+    y = rng.integers(0, 10, 256)
+    membership = np.ones((300, 256), dtype=bool)
+    kwargs: dict[str, Any] = {
+        "model": ModelSpec(hidden=(64,)),
+        "training": TrainingSpec(epochs=5, batch_size=64, dp=DPConfig(1.0, 1.0)),
+        "seed": 3,
+        "processes": 1,
+    }
+    together = train_many(x, y, membership, **kwargs).models.flat_parameters()
+    alone = train_many(x, y, membership[7:8], model_offset=7, **kwargs).models
+    torch.testing.assert_close(alone.flat_parameters()[0], together[7], atol=1e-5, rtol=0)
+    assert (
+        engine._chunk_size(  # one chunk of 300 (the old block: 11 of the 20 steps)
+            2**30,
+            num_models=300,
+            num_parameters=4810,
+            max_members=256,
+            batch=136,
+            gaps_per_step=64,
+            bytes_per_example=1752,
+            itemsize=4,
+            momentum=False,
+            noise_block=16,
+        )
+        == 300
+    )
+
+
 def test_rate_one_samples_every_member() -> None:
     # batch_size = n: q = 1, ln(1 − q) = −∞, every gap is 1.
     rng = np.random.default_rng(3)

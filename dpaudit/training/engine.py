@@ -69,6 +69,15 @@ CLIP_EPSILON = 1e-6
 SAMPLING_BLOCK = 16
 GAP_SIGMAS = 8.0
 GAP_MARGIN = 8
+# Each model's noise is drawn for up to 16 steps per call, at most this many bytes per
+# model and call (see _noise_block).
+NOISE_BLOCK_BYTES = 4 * 2**20
+# A chunk is never larger than a step's working set of about this many bytes, whatever
+# the memory budget allows: larger chunks outgrow the caches and each model costs more
+# (64 to 128 MLPs 64→64→10 per chunk trained 1,000 models fastest, benchmarks/RESULTS.md,
+# "Chunk cap"); small models still get large chunks, which amortise each step's fixed
+# cost.
+STEP_WORKING_SET_BYTES = 24 * 2**20
 
 
 class ClippedSumBackend(Protocol):
@@ -103,10 +112,18 @@ class _Workspace:
 
     def __init__(self) -> None:
         self._buffers: dict[str, torch.Tensor] = {}
+        # (name, shape, dtype, device) -> the view last handed out: a step asks for the
+        # same few dozen shapes again and again, and building a view costs more Python
+        # than the small operations it feeds.
+        self._views: dict[tuple[Any, ...], torch.Tensor] = {}
 
     def take(
         self, name: str, shape: tuple[int, ...], *, dtype: torch.dtype, device: Any
     ) -> torch.Tensor:
+        key = (name, shape, dtype, device)
+        view = self._views.get(key)
+        if view is not None:
+            return view
         numel = math.prod(shape)
         buffer = self._buffers.get(name)
         if (
@@ -117,7 +134,11 @@ class _Workspace:
         ):
             buffer = torch.empty(numel + numel // 4, dtype=dtype, device=device)
             self._buffers[name] = buffer
-        return buffer[:numel].view(shape)
+            # views of the old buffer are stale
+            self._views = {k: v for k, v in self._views.items() if k[0] != name}
+        view = buffer[:numel].view(shape)
+        self._views[key] = view
+        return view
 
 
 def _activation_and_backward(
@@ -499,20 +520,29 @@ def _chunk_size(
     bytes_per_example: int,
     itemsize: int,
     momentum: bool,
+    noise_block: int,
 ) -> int:
-    per_model = itemsize * num_parameters * (7 + int(momentum))
+    per_model = itemsize * num_parameters * (7 + int(momentum) + noise_block)
     per_model += max_members * (8 + 1)  # member index, member mask
     per_model += SAMPLING_BLOCK * gaps_per_step * 8  # the block of Poisson gaps
     per_model += batch * (bytes_per_example + 4 * 8)  # + positions, rows, masks
-    return int(max(1, min(num_models, budget // max(per_model, 1))))
+    # what one step reads and writes per model: its batch's activations and deltas,
+    # and parameters, clipped sum, products and noise
+    working = batch * bytes_per_example + 4 * num_parameters * itemsize
+    cap = max(1, STEP_WORKING_SET_BYTES // max(working, 1))
+    return int(max(1, min(num_models, cap, budget // max(per_model, 1))))
 
 
 # -------------------------------------------------------------------------------- loop
-def _random_block(kc: int, num_parameters: int, dtype: torch.dtype) -> int:
-    """Steps per noise block: up to 16, keeping a block's noise under ~64 MiB."""
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    per_step = kc * num_parameters * itemsize
-    return int(max(1, min(16, (64 * 2**20) // max(per_step, 1))))
+def _noise_block(num_parameters: int, itemsize: int) -> int:
+    """Steps of noise a model draws per call: up to 16, keeping one model's block under
+    4 MiB (one step for models of more than a million float32 parameters).
+
+    A function of the model's size alone, never of the chunk: the block fixes how a
+    model's noise stream is cut into calls, and torch's Gaussian sampler pairs its
+    uniforms within a call, so another block length would give the model other noise.
+    """
+    return int(max(1, min(16, NOISE_BLOCK_BYTES // max(num_parameters * itemsize, 1))))
 
 
 def _gaps_per_step(sizes: np.ndarray, rates: np.ndarray) -> np.ndarray:
@@ -551,17 +581,20 @@ def _draw_gaps(t: int, chunk: _Chunk, active_idx: np.ndarray) -> None:
     Model i draws min(SAMPLING_BLOCK, steps left) × g_i uniforms (g_i from
     :func:`_gaps_per_step`) on its own sampling generator; the block length is a
     constant, so the stream's layout depends only on (seed, model), not on the chunk.
-    Unused columns hold +∞ gaps, which never reach a member.
+    Unused columns hold +∞ gaps, which never reach a member. The block's positions (the
+    partial sums of the gaps, minus 1) are summed here, once, while the gaps are in
+    cache, into a step-major buffer, so that a step reads one contiguous slice.
     """
     gaps = chunk.gaps
     for i in active_idx:
         steps_i = int(min(SAMPLING_BLOCK, int(chunk.steps[i]) - t))
         m_i = int(chunk.gap_counts[i])
-        gaps[i, :steps_i, :m_i] = torch.rand(
+        gaps[:steps_i, i, :m_i] = torch.rand(
             (steps_i, m_i), generator=chunk.gens_sampling[i], dtype=torch.float64
         )
-    _geometric_gaps(gaps, chunk.log_keep.unsqueeze(1))
+    _geometric_gaps(gaps, chunk.log_keep)
     gaps.masked_fill_(chunk.gap_padding, math.inf)
+    torch.cumsum(gaps, dim=2, out=chunk.positions).sub_(1.0)
 
 
 def _draw_noise(
@@ -660,6 +693,7 @@ def _plan_run(
         bytes_per_example=backend.bytes_per_example(theta0.element_size()),
         itemsize=theta0.element_size(),
         momentum=training.momentum > 0,
+        noise_block=_noise_block(num_parameters, theta0.element_size()) if dp is not None else 0,
     )
     return _RunPlan(
         sizes=sizes,
@@ -778,8 +812,9 @@ class _Chunk:
     gap_counts: np.ndarray  # (Kc,) gaps drawn per step
     gap_count_col: torch.Tensor  # (Kc,) the same, int64
     last_gap_col: torch.Tensor  # (Kc, 1) int64 index of each model's last drawn gap
-    gaps: torch.Tensor  # (Kc, SAMPLING_BLOCK, max gap count) float64 geometric gaps
-    gap_padding: torch.Tensor  # (Kc, 1, max gap count) the columns a model does not draw
+    gaps: torch.Tensor  # (SAMPLING_BLOCK, Kc, max gap count) float64 geometric gaps
+    positions: torch.Tensor  # the same shape: their partial sums − 1, member positions
+    gap_padding: torch.Tensor  # (Kc, max gap count) the columns a model does not draw
     noise: torch.Tensor | None  # (Kc, block, P)
     full: tuple[torch.Tensor, torch.Tensor] | None  # every member's (x, y), full batch
     arange_cache: dict[int, torch.Tensor]
@@ -835,8 +870,15 @@ def _plan_chunk(
     training: TrainingSpec,
     seed: int,
     model_offset: int,
+    noise: torch.Tensor | None,
+    workspace: _Workspace,
 ) -> _Chunk:
-    """Gather the members of models ``start:stop`` and derive their random streams."""
+    """Gather the members of models ``start:stop`` and derive their random streams.
+
+    ``noise`` is the run's ``(chunk, block, P)`` noise buffer (``None`` without noise)
+    and ``workspace`` its reused step buffers: both are shared by the run's chunks, so
+    that a run of many chunks touches fresh memory once, not once per chunk.
+    """
     local = np.arange(start, stop)
     kc, num_parameters = local.size, theta0.shape[1]
     device, dtype = theta0.device, theta0.dtype
@@ -856,7 +898,7 @@ def _plan_chunk(
     # results independent of chunking while making two calls per model per block
     # instead of two per model per step: per-call overhead, not the random numbers
     # themselves, dominated small models' steps.
-    block = _random_block(kc, num_parameters if gens_noise else 0, dtype)
+    block = _noise_block(num_parameters, theta0.element_size())
     full = None
     if training.full_batch:
         full = (x[members.view(-1)].view(kc, n_max, -1), y[members.view(-1)].view(kc, n_max))
@@ -881,18 +923,18 @@ def _plan_chunk(
         last_gap_col=torch.as_tensor(
             np.maximum(gap_counts - 1, 0), dtype=torch.int64, device=device
         ).unsqueeze(1),
-        gaps=torch.full((kc, SAMPLING_BLOCK, m_max), math.inf, dtype=torch.float64, device=device),
+        gaps=torch.full((SAMPLING_BLOCK, kc, m_max), math.inf, dtype=torch.float64, device=device),
+        positions=torch.full(
+            (SAMPLING_BLOCK, kc, m_max), math.inf, dtype=torch.float64, device=device
+        ),
         gap_padding=(
-            torch.arange(m_max, device=device)[None, None, :]
-            >= torch.as_tensor(gap_counts, device=device)[:, None, None]
+            torch.arange(m_max, device=device)[None, :]
+            >= torch.as_tensor(gap_counts, device=device)[:, None]
         ),
-        noise=(
-            torch.zeros((kc, block, num_parameters), dtype=dtype, device=device)
-            if gens_noise
-            else None
-        ),
+        noise=noise[:kc] if gens_noise and noise is not None else None,
         full=full,
         arange_cache={},
+        workspace=workspace,
     )
 
 
@@ -941,7 +983,7 @@ def _positions(
     0). A model whose drawn gaps end before its last member (rare, see
     :func:`_gaps_per_step`) continues its own stream in :func:`_more_positions`.
     """
-    positions = chunk.gaps[:, j].cumsum(dim=1).sub_(1.0)
+    positions = chunk.positions[j]
     counts = (positions < chunk.size_col).sum(dim=1)
     if not all_active:
         counts = torch.where(active, counts, 0)
@@ -1214,6 +1256,22 @@ def run_engine(
     cached_inputs = callable(getattr(backend, "cache_inputs", None))
     if cached_inputs:
         backend.cache_inputs(x)
+    # Shared by the chunks (see _plan_chunk); zeros, so that the rows of models past
+    # their last step hold finite numbers.
+    noise = (
+        torch.zeros(
+            (
+                min(plan.chunk, num_models),
+                _noise_block(num_parameters, theta0.element_size()),
+                num_parameters,
+            ),
+            dtype=theta0.dtype,
+            device=theta0.device,
+        )
+        if plan.noise_std > 0
+        else None
+    )
+    workspace = _Workspace()
     for start in range(0, num_models, plan.chunk):
         stop = min(num_models, start + plan.chunk)
         chunk = _plan_chunk(
@@ -1227,6 +1285,8 @@ def run_engine(
             training=training,
             seed=seed,
             model_offset=model_offset,
+            noise=noise,
+            workspace=workspace,
         )
         chunk.cached_inputs = cached_inputs
         _train_chunk(

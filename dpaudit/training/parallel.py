@@ -6,11 +6,12 @@ that intra-op threads speed up little (under contention two threads fell to 0.9 
 the run's chunks of models to worker processes, one intra-op thread each.
 
 Bit for bit the same models as one process. The engine trains a run in contiguous
-chunks of ``chunk`` models (the largest the memory budget allows), and a chunk's numbers
-depend only on the chunk: its models' streams come from ``(seed, global model index,
-purpose)``, but its padded batch width (the largest batch of the chunk) changes the
-order of the float sums in the clipped-sum products, so the same model trained in a
-different chunk can differ in the last bit. Workers therefore get whole chunks of the
+chunks of ``chunk`` models (the largest that the memory budget and the engine's
+step working set allow), and a chunk's numbers depend only on the chunk: its models'
+streams come from ``(seed, global model index, purpose)``, but its padded batch width
+(the largest batch of the chunk) changes the order of the float sums in the
+clipped-sum products, so the same model trained in a different chunk can differ in the
+last bit. Workers therefore get whole chunks of the
 single-process run, contiguous, and train each chunk as one ``train_many`` call on
 exactly those models (``model_offset`` = the chunk's first global index, the same
 memory budget, under which a chunk always fits in one piece since its largest
