@@ -29,6 +29,12 @@ product, both weight gradients, with the engine's transpositions): that is the
 "roofline" of the step's own shapes on this machine, and "of roofline" is the achieved
 GFLOP per CPU-second over it.
 
+Floors: every round also times ``torch.randn`` alone on the run's Gaussian noise (K
+models × P parameters × 150 steps, drawn 16 steps per call as the engine does). DP-SGD
+cannot cost less than plain training plus that noise, nor less than its useful products
+at the roofline plus that noise; the benchmark prints both bounds, as "floor of DP /
+plain" and "ceiling of the ratio to Opacus".
+
 Note on parity: Opacus' make_private derives q = 1 / len(data_loader) = 1/16 and
 expected batch int(1000/16) = 62 with 16 steps per epoch (160 steps), while dpaudit
 uses q = 64/1000 and 1000 // 64 = 15 steps per epoch (150 steps): Opacus does 6.7 %
@@ -150,6 +156,35 @@ def bmm_roofline(num_models: int, threads: int, repeats: int = 20) -> float:
                 torch.bmm(left, right)
         times.append((time.process_time() - start) / 5)
     return flop / statistics.median(times) / 1e9
+
+
+def noise_seconds(num_models: int, threads: int, repeats: int = 3) -> float:
+    """CPU seconds of ``torch.randn`` alone for the Gaussian noise of one DP run: every
+    model's P normals per step for the run's steps, drawn as the engine draws them (16
+    steps of one model per call into a reused buffer). Median of ``repeats``.
+
+    DP-SGD must draw these whatever else it does, so they bound from below what DP can
+    cost over plain training on this machine with torch's CPU generator (see ``main``).
+    """
+    import torch
+
+    torch.set_num_threads(threads)
+    num_parameters = HIDDEN * 64 + HIDDEN + 10 * HIDDEN + 10
+    steps = EPOCHS * (TRAIN_ROWS // BATCH)
+    buffer = torch.empty(16, num_parameters)
+    generator = torch.Generator().manual_seed(0)
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        for _ in range(num_models):
+            for first in range(0, steps, 16):
+                torch.randn(
+                    (min(16, steps - first), num_parameters),
+                    generator=generator,
+                    out=buffer[: min(16, steps - first)],
+                )
+        times.append(time.process_time() - start)
+    return statistics.median(times)
 
 
 def _run_phase_once(phase: str, num_models: int) -> dict:
@@ -293,11 +328,13 @@ def main() -> None:
     phases = args.phases.split(",")
     runs: dict[str, list[dict]] = {p: [] for p in phases}
     rooflines: list[float] = []
+    noises: list[float] = []
     for repeat in range(args.repeats):
         rooflines.append(bmm_roofline(args.models, args.threads))
+        noises.append(noise_seconds(args.models, args.threads))
         print(
             f"[round {repeat + 1}] bmm roofline of the step's shapes {rooflines[-1]:.1f} GFLOP/s  "
-            f"load average {os.getloadavg()}",
+            f"Gaussian noise alone {noises[-1]:.3f} s CPU  load average {os.getloadavg()}",
             flush=True,
         )
         for phase in phases:
@@ -369,6 +406,15 @@ def main() -> None:
                 f"{statistics.median(per_round) / steps:.1f}x"
             )
 
+    for phase in phases:  # the roofline moves from round to round with the machine
+        share = [
+            100 * r["gflop_per_cpu_second"] / roof
+            for r, roof in zip(runs[phase], rooflines, strict=True)
+        ]
+        print(
+            f"{phase} share of the same round's bmm roofline: median "
+            f"{statistics.median(share):.1f}% (range {min(share):.1f}-{max(share):.1f})"
+        )
     ratio_lines("dpaudit-dp", "opacus-dp", "dpaudit DP-SGD vs Opacus (models/s)")
     if "dpaudit-dp" in runs and "opacus-dp" in runs:
         cpu_ratio = [
@@ -389,6 +435,31 @@ def main() -> None:
         print(
             f"dpaudit DP-SGD cost / dpaudit plain cost (CPU seconds): median "
             f"{statistics.median(cost):.2f} (range {min(cost):.2f}-{max(cost):.2f})"
+        )
+    # Floors, per round: what no implementation on this machine can go below with torch's
+    # CPU Gaussian generator. DP must draw the noise (noise_seconds) on top of plain
+    # training's work; and it must do the step's useful products, at best at the bmm
+    # roofline of their shapes, besides the noise.
+    if "dpaudit-dp" in runs and "dpaudit-plain" in runs:
+        floor = [
+            (p["cpu_seconds"] + n) / p["cpu_seconds"]
+            for p, n in zip(runs["dpaudit-plain"], noises, strict=True)
+        ]
+        print(
+            f"floor of DP / plain from the noise alone, (plain + noise) / plain: median "
+            f"{statistics.median(floor):.2f} (range {min(floor):.2f}-{max(floor):.2f})"
+        )
+    if "dpaudit-dp" in runs and "opacus-dp" in runs:
+        ceiling = [
+            o["cpu_seconds"] / (d["gflop_per_cpu_second"] * d["cpu_seconds"] / r + n)
+            for d, o, r, n in zip(
+                runs["dpaudit-dp"], runs["opacus-dp"], rooflines, noises, strict=True
+            )
+        ]
+        print(
+            f"ceiling of the ratio to Opacus, Opacus CPU / (useful products at the bmm "
+            f"roofline + noise): median {statistics.median(ceiling):.1f}x "
+            f"(range {min(ceiling):.1f}-{max(ceiling):.1f})"
         )
     if "dpaudit-dp" in runs and "opacus-dp" in runs:
         gap = [
