@@ -1361,7 +1361,9 @@ def train_many(
     ``training.full_batch`` makes (DP-)GD: q = 1, one step per epoch with all members.
 
     All K models of a chunk run as one batched computation; chunks are sized so that
-    their working memory stays within ``memory_budget_bytes``. Every model draws from
+    their working memory stays within ``memory_budget_bytes`` and a step's working set
+    within about 24 MiB (:data:`STEP_WORKING_SET_BYTES`: larger chunks run slower per
+    model once they outgrow the caches). Every model draws from
     its own random streams derived from ``(seed, model_offset + k)``, so every chunking
     draws the same batches and noise; in float32 the sums of a padded batch depend on
     the chunk's width in the last bits (in float64 they agree to 1e-10, as the
