@@ -38,6 +38,10 @@ Medians over ``--rounds`` rounds, interleaved. Goals (issue #18): 1,000 DP MLPs 
 K = 64 models that each hold every row, expected batch 64 (q = 64/n, n // 64 steps),
 one process, one thread. Goal: the per-row cost at 10,000 rows ≤ 1.2 × that at 1,000.
 
+``--working-set-mib W`` (with ``--processes 1``) caps chunks at a step working set of W MiB
+instead of the engine's ``STEP_WORKING_SET_BYTES`` (24 MiB: 79 of these MLPs; about
+0.3 MiB per MLP), to compare chunk sizes.
+
 Run: ``.venv/bin/python benchmarks/engine_scale.py --models 1000,10000 --rounds 3``
 and ``.venv/bin/python benchmarks/engine_scale.py --epoch-rows --rounds 3``.
 """
@@ -94,14 +98,18 @@ def _forkserver_pid() -> int | None:
     return getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
 
 
-def _one_scale_run(models: int, processes: str, budget_mib: int) -> dict[str, Any]:
+def _one_scale_run(
+    models: int, processes: str, budget_mib: int, working_set_mib: float | None = None
+) -> dict[str, Any]:
     import torch
 
     from dpaudit.models import ModelSpec
-    from dpaudit.training import DPConfig, TrainingSpec, train_many
+    from dpaudit.training import DPConfig, TrainingSpec, engine, train_many
     from dpaudit.training.parallel import last_parallel_run
 
     torch.set_num_threads(1)
+    if working_set_mib is not None:  # the chunk cap (see _scale); one process only
+        engine.STEP_WORKING_SET_BYTES = int(working_set_mib * 2**20)
     X, y, membership = _digits(models)
     chunks: list[int] = []
     self0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -198,13 +206,17 @@ def _median(rows: list[dict[str, Any]], key: str) -> float:
 
 
 def _scale(args: argparse.Namespace) -> None:
+    if args.working_set_mib is not None and args.processes != "1":
+        raise SystemExit("--working-set-mib needs --processes 1 (workers keep the default)")
     configs = [(int(m), p) for m in args.models.split(",") for p in args.processes.split(",")]
+    extra = [] if args.working_set_mib is None else ["--working-set-mib", str(args.working_set_mib)]
     results: dict[tuple[int, str], list[dict[str, Any]]] = {c: [] for c in configs}
     for r in range(args.rounds):
         for models, processes in configs:
             budget = str(args.memory_budget_mib)
             out = _subprocess(
                 ["--one", str(models), "--processes", processes, "--memory-budget-mib", budget]
+                + extra
             )
             results[(models, processes)].append(out)
             workers = ", ".join(f"{m:.0f}" for m in out["workers_maxrss_mib"]) or "-"
@@ -276,12 +288,23 @@ def main() -> None:
     parser.add_argument("--processes", default="1,auto", help="comma-separated: N or auto")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--memory-budget-mib", type=int, default=1024)
+    parser.add_argument(
+        "--working-set-mib",
+        type=float,
+        help="cap chunks at this step working set instead of the engine's (processes 1)",
+    )
     parser.add_argument("--epoch-rows", action="store_true", help="the per-row epoch cost")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--one-epoch", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:
-        print(json.dumps(_one_scale_run(args.one, args.processes, args.memory_budget_mib)))
+        print(
+            json.dumps(
+                _one_scale_run(
+                    args.one, args.processes, args.memory_budget_mib, args.working_set_mib
+                )
+            )
+        )
     elif args.one_epoch is not None:
         print(json.dumps(_one_epoch_run(args.one_epoch)))
     elif args.epoch_rows:
