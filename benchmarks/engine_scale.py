@@ -27,7 +27,14 @@ the ``train_many`` call only (imports and data excluded):
 - peak memory: ``ru_maxrss`` of the parent (its whole life: interpreter, torch, data,
   the result), of each worker (self-reported), and the sum parent + workers (an upper
   bound of the peak of the whole, since the peaks need not coincide);
-- the load average (1, 5, 15 min) after the call, and the chunks and processes used.
+- the load average (1, 5, 15 min) after the call, and the chunks and processes used;
+- work: GFLOP per CPU-second, the useful products of the run (``train_throughput``'s
+  ``_flop_per_example`` × the expected rows K · T · n·q; the realised rows differ from
+  that by a relative standard deviation of √((1 − q) / (K·T·n·q)), 3.3·10⁻⁴ at K = 1,000)
+  over all CPU seconds, and its fraction of the bmm roofline of the step's own shapes at
+  the run's chunk size (``train_throughput.bmm_roofline``, timed in the same subprocess
+  after the run, one thread). With several processes the roofline is one process's, so
+  the fraction is per CPU-second, as for one process.
 
 Medians over ``--rounds`` rounds, interleaved. Goals (issue #18): 1,000 DP MLPs in
 ≤ 10 CPU-seconds; 10,000 in ≤ 100 CPU-seconds with peak memory ≤ 2 GiB and system time
@@ -36,7 +43,8 @@ Medians over ``--rounds`` rounds, interleaved. Goals (issue #18): 1,000 DP MLPs 
 ``--epoch-rows``: the CPU cost per row of one epoch, at n = 1,000 and n = 10,000 rows
 (Gaussian features of the digits' shape, d = 64, 10 classes: digits has 1,797 rows),
 K = 64 models that each hold every row, expected batch 64 (q = 64/n, n // 64 steps),
-one process, one thread. Goal: the per-row cost at 10,000 rows ≤ 1.2 × that at 1,000.
+one process, one thread, with GFLOP per CPU-second and the fraction of the roofline at
+K = 64 as above. Goal: the per-row cost at 10,000 rows ≤ 1.2 × that at 1,000.
 
 ``--working-set-mib W`` (with ``--processes 1``) caps chunks at a step working set of W MiB
 instead of the engine's ``STEP_WORKING_SET_BYTES`` (24 MiB: 79 of these MLPs; about
@@ -62,6 +70,8 @@ import numpy as np
 
 POOL_ROWS = 1400
 TRAIN_ROWS = 1000
+BATCH = 64  # expected batch: q = 64 / 1,000
+STEPS = 10 * (TRAIN_ROWS // BATCH)  # 10 epochs of 15 steps
 EPOCH_ROWS = (1000, 10000)
 EPOCH_MODELS = 64
 
@@ -96,6 +106,21 @@ def _forkserver_pid() -> int | None:
     from multiprocessing import forkserver
 
     return getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+
+
+def _work(models: int, steps: int, chunk_models: int, cpu: float) -> dict[str, float]:
+    """GFLOP per CPU-second of the useful products at the expected batch, and that over
+    the bmm roofline of one step of ``chunk_models`` models (timed here, one thread)."""
+    from train_throughput import _flop_per_example, bmm_roofline
+
+    gflop = models * steps * BATCH * _flop_per_example() / 1e9
+    roofline = bmm_roofline(chunk_models, threads=1)
+    return {
+        "gflop": gflop,
+        "gflop_per_cpu_s": gflop / cpu,
+        "roofline_gflop_s": roofline,
+        "roofline_fraction": gflop / cpu / roofline,
+    }
 
 
 def _one_scale_run(
@@ -160,6 +185,13 @@ def _one_scale_run(
     out["cpu_user"], out["cpu_sys"], out["cpu"] = user, system, user + system
     out["sys_fraction"] = system / max(user + system, 1e-12)
     out["peak_sum_mib"] = out["parent_maxrss_mib"] + sum(out["workers_maxrss_mib"])
+    if run is not None:
+        sizes = [stop - start for start, stop in run.chunks]
+    else:
+        done = sorted(chunks)
+        sizes = [b - a for a, b in zip([0, *done[:-1]], done, strict=True)]
+    out["chunk_models"] = max(sizes)
+    out.update(_work(models, STEPS, max(sizes), out["cpu"]))
     return out
 
 
@@ -180,13 +212,15 @@ def _one_epoch_run(rows: int) -> dict[str, Any]:
     wall0 = time.perf_counter()
     train_many(X, y, membership, **kwargs)
     cpu = time.process_time() - cpu0
+    wall = time.perf_counter() - wall0
     return {
         "rows": rows,
         "steps": rows // 64,
         "cpu": cpu,
-        "wall": time.perf_counter() - wall0,
+        "wall": wall,
         "cpu_per_row_us": cpu / rows * 1e6,
         "load": os.getloadavg(),
+        **_work(EPOCH_MODELS, rows // 64, EPOCH_MODELS, cpu),
     }
 
 
@@ -214,10 +248,8 @@ def _scale(args: argparse.Namespace) -> None:
     for r in range(args.rounds):
         for models, processes in configs:
             budget = str(args.memory_budget_mib)
-            out = _subprocess(
-                ["--one", str(models), "--processes", processes, "--memory-budget-mib", budget]
-                + extra
-            )
+            one = ["--one", str(models), "--processes", processes]
+            out = _subprocess([*one, "--memory-budget-mib", budget, *extra])
             results[(models, processes)].append(out)
             workers = ", ".join(f"{m:.0f}" for m in out["workers_maxrss_mib"]) or "-"
             print(
@@ -230,7 +262,9 @@ def _scale(args: argparse.Namespace) -> None:
                 f"RUSAGE_CHILDREN {out['children_user']:.2f}u+{out['children_sys']:.2f}s "
                 f"maxrss {out['children_maxrss_mib']:.0f} MiB; sys {out['sys_fraction']:.1%}; "
                 f"peak parent {out['parent_maxrss_mib']:.0f} MiB, workers [{workers}] MiB; "
-                f"start-up {out['startup_wall']:.2f} s; load "
+                f"start-up {out['startup_wall']:.2f} s; {out['gflop_per_cpu_s']:.1f} "
+                f"GFLOP/CPU-s, {out['roofline_fraction']:.1%} of the bmm roofline "
+                f"({out['roofline_gflop_s']:.1f} GFLOP/s at {out['chunk_models']} models); load "
                 + " ".join(f"{v:.2f}" for v in out["load"]),
                 flush=True,
             )
@@ -238,7 +272,7 @@ def _scale(args: argparse.Namespace) -> None:
     print(
         f"{'K':>6} {'proc':>5} {'used':>4} {'chunks':>6} {'wall s':>7} {'CPU s':>7} "
         f"{'user':>7} {'sys':>6} {'sys %':>6} {'models/CPU-s':>12} {'peak parent':>11} "
-        f"{'peak sum':>9} {'load1':>5}"
+        f"{'peak sum':>9} {'GFLOP/CPU-s':>11} {'roofline':>8} {'load1':>5}"
     )
     for (models, processes), rows in results.items():
         print(
@@ -249,6 +283,8 @@ def _scale(args: argparse.Namespace) -> None:
             f"{models / _median(rows, 'cpu'):>12.1f} "
             f"{_median(rows, 'parent_maxrss_mib'):>8.0f} MiB "
             f"{_median(rows, 'peak_sum_mib'):>5.0f} MiB "
+            f"{_median(rows, 'gflop_per_cpu_s'):>11.1f} "
+            f"{100 * _median(rows, 'roofline_fraction'):>7.1f}% "
             f"{statistics.median(r['load'][0] for r in rows):>5.2f}"
         )
     print(f"records: {next(iter(results.values()))[0]['records']}")
@@ -262,14 +298,21 @@ def _epoch_rows(args: argparse.Namespace) -> None:
             results[rows].append(out)
             print(
                 f"round {r} n={rows}: {out['steps']} steps, CPU {out['cpu']:.2f} s, wall "
-                f"{out['wall']:.2f} s, {out['cpu_per_row_us']:.1f} µs/row; load "
+                f"{out['wall']:.2f} s, {out['cpu_per_row_us']:.1f} µs/row, "
+                f"{out['gflop_per_cpu_s']:.1f} GFLOP/CPU-s, {out['roofline_fraction']:.1%} of "
+                f"the bmm roofline ({out['roofline_gflop_s']:.1f} GFLOP/s); load "
                 + " ".join(f"{v:.2f}" for v in out["load"]),
                 flush=True,
             )
     print(f"\nmedians of {args.rounds} round(s), K = {EPOCH_MODELS} models, one epoch")
     per_row = {n: _median(results[n], "cpu_per_row_us") for n in EPOCH_ROWS}
     for n in EPOCH_ROWS:
-        print(f"n = {n:>6}: CPU {_median(results[n], 'cpu'):.2f} s, {per_row[n]:.1f} µs/row")
+        print(
+            f"n = {n:>6}: CPU {_median(results[n], 'cpu'):.2f} s, wall "
+            f"{_median(results[n], 'wall'):.2f} s, {per_row[n]:.1f} µs/row, "
+            f"{_median(results[n], 'gflop_per_cpu_s'):.1f} GFLOP/CPU-s, "
+            f"{_median(results[n], 'roofline_fraction'):.1%} of the bmm roofline"
+        )
     ratios = [
         b["cpu_per_row_us"] / a["cpu_per_row_us"]
         for a, b in zip(results[EPOCH_ROWS[0]], results[EPOCH_ROWS[1]], strict=True)
