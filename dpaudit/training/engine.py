@@ -189,13 +189,55 @@ def _affine(
     ``baddbmm`` into ``scratch`` and a copy: on CPU the batched product with only ``out``
     columns runs at a fraction of the speed of the transposed one (measured 487 → 217 µs
     for 64 models, 83 rows, 64 → 10 on one thread), and the bias comes free.
+
+    A wide layer is one ``baddbmm`` onto the broadcast bias too, which saves a pass over
+    the output (``bmm`` then ``add_``: 559 → 519 µs for 64 models, 83 rows, 64 → 64);
+    in float32 the same numbers as before, in float64 they differ in the last bits.
     """
     if w.shape[1] < NARROW_LAYER:
         transposed = torch.baddbmm(b.unsqueeze(2), w, a.transpose(1, 2), out=scratch)
         if out is None:
             return transposed.transpose(1, 2).contiguous()
         return out.copy_(transposed.transpose(1, 2))
-    return torch.bmm(a, w.transpose(1, 2), out=out).add_(b.unsqueeze(1))
+    bias = b.unsqueeze(1).expand(a.shape[0], a.shape[1], w.shape[1])
+    return torch.baddbmm(bias, a, w.transpose(1, 2), out=out)
+
+
+def _logits_t(
+    a: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The last layer's logits class-major, ``(Kc, classes, B)``: ``w aᵀ + b``, one
+    ``baddbmm`` (the bias comes free), never transposed back.
+
+    Class-major logits make the softmax's reductions run over the classes with the rows
+    contiguous (vectorised over rows: 197 → 100 µs for 64 models, 83 rows, 10 classes),
+    and the last layer's weight gradient ``δᵀ a`` reads δ as it lies.
+    """
+    return torch.baddbmm(b.unsqueeze(2), w, a.transpose(1, 2), out=out)
+
+
+def _softmax_minus_one_hot_(
+    logits_t: torch.Tensor, yb: torch.Tensor, valid: torch.Tensor, peak: torch.Tensor
+) -> torch.Tensor:
+    """d(cross-entropy)/d(logits) = softmax − one-hot of class-major logits, in place,
+    with padded rows' columns zeroed; returned as the ``(Kc, B, classes)`` view.
+
+    Per example, no 1/B: the engine divides the clipped sum by the expected batch size,
+    as Opacus does. Softmax by hand, the stable exp(z − max z) / Σ exp(z − max z): faster
+    on CPU than ``torch.softmax`` over a short class dimension. ``peak`` is a
+    ``(Kc, 1, B)`` buffer. Zeroing the padded rows (finite real rows or zeros) makes
+    them add nothing to the norms or to the clipped sum.
+    """
+    kc, _, width = logits_t.shape
+    delta = logits_t
+    torch.amax(delta, dim=1, keepdim=True, out=peak)
+    delta.sub_(peak).exp_()
+    torch.sum(delta, dim=1, keepdim=True, out=peak)
+    delta.div_(peak)
+    minus_one = torch.full((), -1.0, dtype=delta.dtype, device=delta.device)
+    delta.scatter_add_(1, yb.unsqueeze(1), minus_one.expand(kc, 1, width))
+    delta.masked_fill_(torch.logical_not(valid.unsqueeze(1)), 0.0)
+    return delta.transpose(1, 2)
 
 
 class LinearStackBackend:
@@ -247,30 +289,21 @@ class LinearStackBackend:
     def _forward_backward(
         self, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor, valid: torch.Tensor
     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Return each layer's inputs ``a_l`` (Kc, B, in) and output gradients ``δ_l``."""
+        """Return each layer's inputs ``a_l`` (Kc, B, in) and output gradients ``δ_l``
+        (Kc, B, out); the last layer's δ is a view of class-major memory (see
+        :func:`_logits_t`)."""
         weights, biases = self.split(theta)
         inputs = [xb]
         backwards: list[Callable[[torch.Tensor], torch.Tensor]] = []
         a = xb
         last = len(weights) - 1
-        for layer, (w, b) in enumerate(zip(weights, biases, strict=True)):
-            z = _affine(a, w, b)
-            if layer < last:
-                a, backward = _activation_and_backward(self.spec.activation, z)
-                inputs.append(a)
-                backwards.append(backward)
-            else:
-                a = z
-        # d(cross-entropy)/d(logits) = softmax − one-hot, per example (no 1/B: the engine
-        # divides the clipped sum by the expected batch size, as Opacus does).
-        # Softmax by hand: torch.softmax over a short last dimension is several times
-        # slower on CPU than these three vectorised operations (same stable formula).
-        delta = (a - a.amax(dim=-1, keepdim=True)).exp_()
-        delta.div_(delta.sum(dim=-1, keepdim=True))
-        delta.scatter_add_(-1, yb.unsqueeze(-1), torch.full_like(delta[..., :1], -1.0))
-        # Zero the padded rows' deltas (their inputs are finite real rows or zeros), so they
-        # add nothing to the norms or to the clipped sum.
-        delta = torch.where(valid.unsqueeze(-1), delta, 0.0)
+        for w, b in zip(weights[:last], biases[:last], strict=True):
+            a, backward = _activation_and_backward(self.spec.activation, _affine(a, w, b))
+            inputs.append(a)
+            backwards.append(backward)
+        logits_t = _logits_t(a, weights[last], biases[last])
+        peak = logits_t.new_empty((logits_t.shape[0], 1, logits_t.shape[2]))
+        delta = _softmax_minus_one_hot_(logits_t, yb, valid, peak)
         deltas = [delta]
         for layer in range(last, 0, -1):
             delta = backwards[layer - 1](torch.bmm(delta, weights[layer]))
@@ -371,7 +404,7 @@ class LinearStackBackend:
         backwards: list[Callable[[torch.Tensor], torch.Tensor]] = []
         a = xb
         last = len(weights) - 1
-        for layer, (w, b) in enumerate(zip(weights, biases, strict=True)):
+        for layer, (w, b) in enumerate(zip(weights[:last], biases[:last], strict=True)):
             z = _affine(
                 a,
                 w,
@@ -379,23 +412,14 @@ class LinearStackBackend:
                 out=take(f"z{layer}", (kc, width, w.shape[1])),
                 scratch=take("transposed", (kc, w.shape[1], width)),
             )
-            if layer < last:
-                a, backward = _activation_and_backward(self.spec.activation, z)
-                inputs.append(a)
-                backwards.append(backward)
-            else:
-                a = z
-        # Softmax − one-hot in place over the logits (the formula of _forward_backward).
-        delta = a
-        peak = take("peak", (kc, width, 1))
-        torch.amax(delta, dim=-1, keepdim=True, out=peak)
-        delta.sub_(peak).exp_()
-        torch.sum(delta, dim=-1, keepdim=True, out=peak)
-        delta.div_(peak)
-        minus_one = torch.full((), -1.0, dtype=delta.dtype, device=delta.device)
-        delta.scatter_add_(-1, yb.unsqueeze(-1), minus_one.expand(kc, width, 1))
-        padded = take("padded", (kc, width, 1), torch.bool)
-        delta.masked_fill_(torch.logical_not(valid.unsqueeze(-1), out=padded), 0.0)
+            a, backward = _activation_and_backward(self.spec.activation, z)
+            inputs.append(a)
+            backwards.append(backward)
+        classes = weights[last].shape[1]
+        logits_t = _logits_t(
+            a, weights[last], biases[last], out=take("logits", (kc, classes, width))
+        )
+        delta = _softmax_minus_one_hot_(logits_t, yb, valid, take("peak", (kc, 1, width)))
         deltas = [delta]
         for layer in range(last, 0, -1):
             w = weights[layer]
@@ -423,7 +447,11 @@ class LinearStackBackend:
                 torch.index_select(self._data_sq_norms, 0, rows.reshape(-1), out=a2.view(-1))
             else:
                 torch.sum(torch.mul(a, a, out=take("square", a.shape)), dim=-1, out=a2)
-            torch.sum(torch.mul(d, d, out=take("square", d.shape)), dim=-1, out=d2)
+            if d.stride(-1) == 1:
+                torch.sum(torch.mul(d, d, out=take("square", d.shape)), dim=-1, out=d2)
+            else:  # the last layer's class-major δ: reduce over classes, rows contiguous
+                d_t = d.transpose(1, 2)
+                torch.sum(torch.mul(d_t, d_t, out=take("square", d_t.shape)), dim=1, out=d2)
             if layer == 0:
                 torch.mul(d2, a2.add_(1.0), out=squared)
             else:
