@@ -29,7 +29,7 @@ engine's block for 64 of these MLPs), CPU seconds per normal, one thread, median
   installed.
 
 mkl_random and JAX are not dpaudit dependencies; install them in a scratch environment to
-measure them (``python -m venv /tmp/noise && /tmp/noise/bin/pip install torch numpy
+measure them (``python -m venv /tmp/noise && /tmp/noise/bin/pip install torch==2.13.0 numpy
 mkl_random jax``) and run this file with that interpreter.
 
 Run: ``OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 .venv/bin/python benchmarks/gaussian_noise.py
