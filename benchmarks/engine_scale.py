@@ -70,8 +70,6 @@ import numpy as np
 
 POOL_ROWS = 1400
 TRAIN_ROWS = 1000
-BATCH = 64  # expected batch: q = 64 / 1,000
-STEPS = 10 * (TRAIN_ROWS // BATCH)  # 10 epochs of 15 steps
 EPOCH_ROWS = (1000, 10000)
 EPOCH_MODELS = 64
 
@@ -108,12 +106,14 @@ def _forkserver_pid() -> int | None:
     return getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
 
 
-def _work(models: int, steps: int, chunk_models: int, cpu: float) -> dict[str, float]:
-    """GFLOP per CPU-second of the useful products at the expected batch, and that over
-    the bmm roofline of one step of ``chunk_models`` models (timed here, one thread)."""
+def _work(models: int, record: Any, chunk_models: int, cpu: float) -> dict[str, float]:
+    """GFLOP per CPU-second of the useful products at the expected batch n·q over the
+    steps of the run's ``DPSGDRecord``, and that over the bmm roofline of one step of
+    ``chunk_models`` models (timed here, one thread)."""
     from train_throughput import _flop_per_example, bmm_roofline
 
-    gflop = models * steps * BATCH * _flop_per_example() / 1e9
+    expected_batch = record.sampling_rate * record.dataset_size
+    gflop = models * record.steps * expected_batch * _flop_per_example() / 1e9
     roofline = bmm_roofline(chunk_models, threads=1)
     return {
         "gflop": gflop,
@@ -191,7 +191,7 @@ def _one_scale_run(
         done = sorted(chunks)
         sizes = [b - a for a, b in zip([0, *done[:-1]], done, strict=True)]
     out["chunk_models"] = max(sizes)
-    out.update(_work(models, STEPS, max(sizes), out["cpu"]))
+    out.update(_work(models, result.records[0], max(sizes), out["cpu"]))
     return out
 
 
@@ -210,7 +210,7 @@ def _one_epoch_run(rows: int) -> dict[str, Any]:
     kwargs = {"model": ModelSpec(hidden=(64,)), "training": spec, "seed": 0, "processes": 1}
     cpu0 = time.process_time()
     wall0 = time.perf_counter()
-    train_many(X, y, membership, **kwargs)
+    result = train_many(X, y, membership, **kwargs)
     cpu = time.process_time() - cpu0
     wall = time.perf_counter() - wall0
     return {
@@ -220,7 +220,7 @@ def _one_epoch_run(rows: int) -> dict[str, Any]:
         "wall": wall,
         "cpu_per_row_us": cpu / rows * 1e6,
         "load": os.getloadavg(),
-        **_work(EPOCH_MODELS, rows // 64, EPOCH_MODELS, cpu),
+        **_work(EPOCH_MODELS, result.records[0], EPOCH_MODELS, cpu),
     }
 
 

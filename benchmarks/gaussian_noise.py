@@ -51,6 +51,7 @@ os.environ.setdefault(
 import numpy as np
 
 BLOCK = 16 * 308_000  # 16 steps of 64 MLPs 64→64→10 (4,810 parameters each)
+MODEL_BLOCK = 77_000  # about one model's 16 steps (76,960): what one engine call draws
 
 
 def _per_element(draw: Callable[[], object], count: int, rounds: int) -> float:
@@ -117,7 +118,7 @@ def _box_muller_from_numpy_bits(rounds: int) -> dict[str, float]:
         torch.sin(angle, out=out[half:]).mul_(radius)
 
     whole = torch.empty(BLOCK)
-    small = torch.empty(77_000)
+    small = torch.empty(MODEL_BLOCK)
 
     def in_small_blocks() -> None:
         for _ in range(BLOCK // small.numel()):
@@ -153,7 +154,7 @@ def _mkl_sources(rounds: int) -> dict[str, float]:
             )
     # The fastest of these as the engine would need it: float32, in cache-sized blocks.
     state = mkl_random.RandomState(0, brng="SFMT19937")
-    out = np.empty(77_000, dtype=np.float32)
+    out = np.empty(MODEL_BLOCK, dtype=np.float32)
 
     def icdf_into_float32() -> None:
         for _ in range(BLOCK // out.size):
