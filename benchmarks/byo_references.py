@@ -9,7 +9,7 @@ For each seed s (s = 0, 1, ...), the setting of ``audits/byo-sklearn.toml``:
    ``sklearn:digits``, each a member by an independent fair coin drawn with seed s, and a
    standardise-then-MLP scikit-learn pipeline (64 hidden units, 100 epochs of SGD with
    momentum, ``random_state = s``) fitted on the members, saved with skops.
-2. dpaudit's brought-target LiRA unit (``dpaudit.targets.byo_unit``, the audit file with
+2. dpaudit's brought-target LiRA unit (``dpaudit.membership.brought.byo_unit``, the audit file with
    ``[audit] seed = s``, so s also seeds the reference splits) with
    ``[target] references = "clone"`` and, for contrast, ``references = "recipe"`` (torch
    MLPs of ``[model]`` / ``[training]``). K reference models each; dpaudit's ``"lira"``
@@ -163,8 +163,8 @@ def _timed(fn: Any) -> tuple[Any, float, float]:
 def run_seed(seed: int, k: int) -> dict[str, Any]:
     from dpaudit.audit import run_context
     from dpaudit.config import load_config
-    from dpaudit.kinds.membership import byo_spec
-    from dpaudit.targets import byo_unit, byo_units, load_byo_data, load_target
+    from dpaudit.membership.brought import byo_unit, byo_units, load_byo_data, load_target
+    from dpaudit.membership.kind import byo_spec
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

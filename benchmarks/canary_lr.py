@@ -45,8 +45,7 @@ import time
 import numpy as np
 import torch
 
-from dpaudit.kinds.base import VerdictBudget
-from dpaudit.kinds.dpsgd import (
+from dpaudit.dpsgd.kind import (
     DpsgdSection,
     DpsgdSpec,
     _many_run_bounds,
@@ -54,6 +53,7 @@ from dpaudit.kinds.dpsgd import (
     _stream_seed,
     run_dpsgd_from_section,
 )
+from dpaudit.kinds.base import VerdictBudget
 from dpaudit.trainers import canary_observer
 from dpaudit.training import GradientCanary, train_many
 from dpaudit.upper_bounds import from_records

@@ -111,7 +111,7 @@ elif part == "overhead":
     import torch
 
     torch.set_num_threads(1)
-    from dpaudit.kinds.dpsgd import DpsgdSection, DpsgdSpec, _setup
+    from dpaudit.dpsgd.kind import DpsgdSection, DpsgdSpec, _setup
     from dpaudit.trainers import (
         CanarySetup,
         TrainerSettings,

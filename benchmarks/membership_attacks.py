@@ -50,8 +50,8 @@ import torch
 
 from dpaudit import accounting
 from dpaudit.data import load_dataset
-from dpaudit.kinds.membership import REFERENCE_ATTACKS
-from dpaudit.membership import (
+from dpaudit.membership.kind import REFERENCE_ATTACKS
+from dpaudit.membership.pipeline import (
     audit_attribute,
     audit_membership,
     fair_coins,
@@ -290,7 +290,7 @@ VARIANTS = REFERENCE_ATTACKS  # every LiRA variant and RMIA, as the membership k
 def show_variants(target, *, seed: int, label: str, accountant_epsilon: float | None) -> None:
     """Every LiRA variant and RMIA from one reference set of 64 models (section 4)."""
     from dpaudit.attacks import get_attack, score_with_shared_references
-    from dpaudit.membership import DEFAULT_GUESS_FRACTION, attack_seed, one_run_bound
+    from dpaudit.membership.pipeline import DEFAULT_GUESS_FRACTION, attack_seed, one_run_bound
     from dpaudit.planning import one_run_limit
     from dpaudit.tradeoff import membership_metrics
 
@@ -356,7 +356,7 @@ def configured_default() -> str:
     bound enters the verdict, and the reference-model attack among them (LiRA) is the one
     whose choice of variant is in question.
     """
-    from dpaudit.kinds.membership import REFERENCE_ATTACKS, MembershipSection
+    from dpaudit.membership.kind import REFERENCE_ATTACKS, MembershipSection
 
     section = MembershipSection()
     if section.headline is not None:
@@ -382,7 +382,7 @@ def grid_cell_scores(target, *, k: int, seed: int) -> tuple[dict[str, np.ndarray
     models (the set the kind's default ``["loss", "shadow", "auto"]`` trains: the seed of
     position 2), by every LiRA variant, RMIA and "auto"; and what "auto" chose."""
     from dpaudit.attacks import LossAttack, get_attack, score_with_shared_references
-    from dpaudit.membership import attack_seed
+    from dpaudit.membership.pipeline import attack_seed
 
     context = target.context()
     X, y = target.audited_X, target.audited_y

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "audits"))
 
 
 def _setup(seed: int):
-    from dpaudit.kinds.dpsgd import DpsgdSection, _setup_cached
+    from dpaudit.dpsgd.kind import DpsgdSection, _setup_cached
 
     section = DpsgdSection.model_validate(
         {
@@ -108,7 +108,7 @@ def _plain_cost(models: int, seed: int) -> tuple[float, float]:
 
 
 def _engine_cost(models: int, seed: int) -> tuple[float, float]:
-    from dpaudit.kinds.dpsgd import DpsgdSection, DpsgdSpec, dpsgd_unit
+    from dpaudit.dpsgd.kind import DpsgdSection, DpsgdSpec, dpsgd_unit
 
     section = DpsgdSection.model_validate(
         {

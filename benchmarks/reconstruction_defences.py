@@ -22,11 +22,11 @@ import time
 
 import numpy as np
 
-from dpaudit.reconstruction import (
+from dpaudit.bounds import identification_epsilon_lower_bound
+from dpaudit.reconstruction.methods import (
     Defence,
     Network,
     defended_gradient,
-    identification_epsilon_lower_bound,
     invert_gradient,
     load_digits_images,
     matched_errors,

@@ -31,7 +31,7 @@ import time
 import numpy as np
 import torch
 
-from dpaudit.reconstruction import (
+from dpaudit.reconstruction.methods import (
     Network,
     direction_errors,
     direction_nrmse,

@@ -1,15 +1,15 @@
 """dpaudit: audit differential privacy in machine learning.
 
-The public API is listed in DESIGN.md §4; names re-exported here are a contract. They are
-imported on first use (PEP 562), so ``import dpaudit.bounds`` or loading an audit file
-does not pay for torch and dp-accounting.
+The public API is listed in ``docs/design.md`` ("Python API"); names re-exported here are
+a contract. They are imported on first use (PEP 562), so ``import dpaudit.bounds`` or
+loading an audit file does not pay for torch and dp-accounting.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from dpaudit._lazy import lazy_exports
 from dpaudit._version import __version__
 
 #: Public name → the module that defines it (``None``: the name is that module).
@@ -56,18 +56,7 @@ _MODULES = ("accounting", "theory")
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 
-def __getattr__(name: str) -> Any:
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'dpaudit' has no attribute {name!r}")
-    module = importlib.import_module(module_name)
-    value = module if name in _MODULES else getattr(module, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, modules=_MODULES)
 
 
 if TYPE_CHECKING:  # the names as static type checkers should see them

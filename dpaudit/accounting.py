@@ -52,7 +52,8 @@ ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp")
 # (pessimistic_estimate=True), so the reported ε is an upper bound whose excess grows
 # with the step and with T. Measured at the MNIST setting (q = 256/60000, σ = 1.1,
 # T = 14063, δ = 1e-5): 1e-3 → 2.3908, 3e-4 → 2.3827, 1e-4 → 2.3820 (0.3 s); the
-# step 1e-4 keeps ε within 0.01 of its limit there and in the other issue #3 settings.
+# step 1e-4 keeps ε within 0.01 of its limit there and in the other DP-SGD settings it
+# was checked on.
 DEFAULT_VALUE_DISCRETIZATION_INTERVAL = 1e-4
 
 # RDP orders: dp-accounting's default set, extended with large orders so that small-δ
@@ -356,7 +357,7 @@ def mu_bracket(
 
 
 # --------------------------------------------------------------------------------------
-# public contract (DESIGN.md §4) and calibration
+# public contract (docs/design.md, "Python API") and calibration
 # --------------------------------------------------------------------------------------
 
 

@@ -32,20 +32,26 @@ References:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
 from scipy import special
 
-from dpaudit.errors import DpauditError, InsufficientTrialsError, check_choice, check_in_interval
+from dpaudit.errors import (
+    DpauditError,
+    InsufficientTrialsError,
+    check_choice,
+    check_in_interval,
+    check_integer,
+)
 from dpaudit.stats import (
     ConfidenceInterval,
     check_confidence_level,
     clopper_pearson,
     clopper_pearson_upper,
 )
-from dpaudit.theory import gdp_epsilon
+from dpaudit.theory import check_candidates, gdp_epsilon
 from dpaudit.tradeoff import TradeoffCurve, as_scores
 
 ThresholdStrategy = Literal["split", "bonferroni"]
@@ -886,6 +892,41 @@ def _mu_bound(r: dict[str, Any], confidence_level: float, threshold: str, validi
 # ---------------------------------------------------------------------------- one run
 
 
+def one_run_guesses(scores: Any, included: Any, *, guesses_per_side: int) -> tuple[int, int]:
+    """The one-run guessing rule: ``(guesses, correct)`` from canary scores and coins.
+
+    Rank the m canaries by score, largest first; ties are broken by position, the earlier
+    canary ranking higher (a rule that never looks at the coins, so the guesses stay a
+    function of the scores alone, as the theorem requires). Guess "included" for the k
+    highest-ranked and "excluded" for the k lowest-ranked, with k = min(guesses_per_side,
+    ⌊m/2⌋), and abstain on the rest; count the correct guesses.
+
+    Args:
+        scores: one score per canary, larger = "included".
+        included: the fair coins, one bool per canary.
+        guesses_per_side: k, the guesses on each side (2k in all).
+
+    Returns:
+        ``(2k, correct)``, the r and v of :func:`one_run_epsilon_lower_bound`.
+
+    References:
+        Steinke, Nasr, Jagielski (2023), "Privacy Auditing with One (1) Training Run",
+        NeurIPS, Algorithm 1 (guess on the k₊ largest and k₋ smallest scores, abstain on
+        the rest).
+    """
+    s = as_scores("scores", scores)
+    coins = np.asarray(included, dtype=bool).reshape(-1)
+    if coins.size != s.size:
+        raise DpauditError(
+            f"One-run scores and coins must have one entry per canary; got {s.size} scores "
+            f"and {coins.size} coins."
+        )
+    k = min(check_integer("guesses_per_side", guesses_per_side, low=0), s.size // 2)
+    order = np.argsort(-s, kind="stable")  # stable: equal scores keep position order
+    top, bottom = order[:k], order[s.size - k :]
+    return 2 * k, int(coins[top].sum() + (~coins[bottom]).sum())
+
+
 def one_run_p_value(
     *, canaries: int, guesses: int, correct: int, epsilon: float, delta: float
 ) -> float:
@@ -986,6 +1027,95 @@ def one_run_epsilon_lower_bound(
         validity="rigorous-one-run",
         counts={"canaries": canaries, "guesses": guesses, "correct": correct},
         details={"tolerance": tol, "p_value_at_bound": p(value) if value > 0 else None},
+    )
+
+
+# -------------------------------------------------------------------- against a μ bracket
+
+
+def mu_bound_against_bracket(bound: MuBound, tail: float) -> MuBound:
+    """The μ lower bound to hold against the high end of a μ bracket with tail δ ``tail``.
+
+    A bracket [μ_low, μ_high] measured with tail δ t (:mod:`dpaudit.identification`)
+    guarantees only f_A(α) ≥ G_{μ_high}(α + t) − t. A test with error rates (α, β) then
+    proves μ_high ≥ Φ⁻¹(1 − (α + t)) − Φ⁻¹(β + t): the bound is recomputed from the upper
+    limits on both rates, each inflated by t. ``tail = 0`` returns ``bound`` unchanged.
+
+    References:
+        Liu, Sun, Jiang, Kong (2022), "Identification, Amplification and Measurement: A
+        bridge to Gaussian Differential Privacy", NeurIPS, arXiv 2210.09269v2, §2.3
+        (the μ measurement with a tail).
+    """
+    t = check_in_interval("tail", tail, 0.0, 1.0, high_open=True)
+    if t == 0.0 or bound.fpr is None or bound.fnr is None:
+        return bound
+    return replace(
+        bound,
+        value=float(mu_from_rates(bound.fpr.high + t, bound.fnr.high + t)),
+        details={**bound.details, "bracket_tail_delta": t},
+    )
+
+
+# ------------------------------------------------------------------ identification game
+
+
+def identification_epsilon_lower_bound(
+    correct: int,
+    trials: int,
+    *,
+    candidates: int,
+    delta: float,
+    confidence_level: float = 0.95,
+) -> EpsilonBound:
+    """ε lower bound from ``correct`` identifications in ``trials`` independent games.
+
+    Inverting :func:`dpaudit.theory.identification_success_bound`:
+    p ≤ (e^ε + (k − 1)δ)/(e^ε + k − 1)
+    ⇔ e^ε(1 − p) ≥ (k − 1)(p − δ) ⇔ ε ≥ ln((k − 1)(p − δ)/(1 − p)), whose right side
+    increases in p. So with p̂ the one-sided Clopper–Pearson LOWER limit on the success
+    rate at level c (P[p ≥ p̂] ≥ c), ε ≥ ln((k − 1)(p̂ − δ)/(1 − p̂)) holds with
+    probability ≥ c; floored at 0 (a non-positive argument says nothing). Independent
+    trials whose success probabilities p_t differ (fresh candidates, fresh models) are
+    each ≤ the bound, so their count is stochastically below Bin(n, bound): the limit
+    stays valid. p̂ = 1 (n = 0 failures never gives it) cannot occur.
+
+    Args:
+        correct: games the attacker won.
+        trials: independent games played.
+        candidates: k ≥ 2.
+        delta: δ of the (ε, δ) statement.
+        confidence_level: c; in a verdict, the share the budget gives this bound.
+
+    Returns:
+        :class:`~dpaudit.bounds.EpsilonBound` (method ``clopper-pearson-identification``,
+        validity ``rigorous-multi-run``); ``details`` holds p̂, the point estimate and
+        chance 1/k.
+
+    Example:
+        k = 10, 60 of 100 correct, δ = 0, c = 0.95: p̂ = 0.5129, ε ≥ ln(9·0.5129/0.4871)
+        = 2.2487.
+    """
+    k = check_candidates(candidates)
+    d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)
+    c = check_confidence_level(confidence_level)
+    ci = clopper_pearson(correct, trials, confidence_level=c, alternative="greater")
+    p_low = ci.low
+    value = 0.0
+    if p_low > d and p_low < 1.0:
+        value = max(0.0, math.log((k - 1) * (p_low - d) / (1.0 - p_low)))
+    return EpsilonBound(
+        value=float(value),
+        confidence_level=c,
+        delta=d,
+        method="clopper-pearson-identification",
+        threshold="nearest-candidate",
+        validity="rigorous-multi-run",
+        counts={"correct": int(correct), "trials": int(trials), "candidates": k},
+        details={
+            "success_rate": correct / trials,
+            "success_rate_lower": p_low,
+            "chance": 1.0 / k,
+        },
     )
 
 

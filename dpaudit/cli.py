@@ -344,7 +344,7 @@ def account(
     import json
     import math
 
-    from dpaudit import accounting
+    from dpaudit import accounting, theory
     from dpaudit.errors import check_in_interval
     from dpaudit.recipes import sampling_plan, steps_from_rate
 
@@ -390,7 +390,11 @@ def account(
             noise_multiplier=noise_multiplier, sampling_rate=q, steps=steps
         )
         bracket = accounting.mu_bracket(event)
-        rho = steps / (2.0 * noise_multiplier**2) if q == 1.0 and noise_multiplier > 0 else None
+        rho = (
+            theory.full_batch_zcdp(noise_multiplier=noise_multiplier, steps=steps)
+            if q == 1.0 and noise_multiplier > 0
+            else None
+        )
         identification = None
         if identify:
             from dpaudit.identification import identify_bracket

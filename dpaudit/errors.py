@@ -8,6 +8,7 @@ turns any of them into one line and exit code 2.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
@@ -63,6 +64,27 @@ def check_in_interval(
             f"Got {value!r} instead."
         )
     return value
+
+
+def check_integer(name: str, value: Any, *, low: int | None = None, high: int | None = None) -> int:
+    """Return ``value`` as an int if it is an integer in [low, high], else raise.
+
+    ``bool`` is not an integer here, and neither is a float with an integral value (a
+    count given as ``2.0`` is a mistake worth naming). Messages follow scikit-learn's
+    form: "The 'name' parameter must be an integer in [1, inf). Got 0 instead."
+    """
+    left = "(-inf" if low is None else f"[{low}"
+    right = "inf)" if high is None else f"{high}]"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise DpauditError(
+            f"The {name!r} parameter must be an integer in {left}, {right}. Got {value!r} instead."
+        )
+    out = int(value)
+    if (low is not None and out < low) or (high is not None and out > high):
+        raise DpauditError(
+            f"The {name!r} parameter must be an integer in {left}, {right}. Got {out!r} instead."
+        )
+    return out
 
 
 def check_choice(name: str, value: Any, allowed: Iterable[_Choice]) -> _Choice:

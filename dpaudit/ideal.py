@@ -136,7 +136,7 @@ def ideal_for_mechanism(
     parameter: str = "epsilon",
 ) -> IdealBound:
     """:func:`ideal_lower_bound` for a mechanism whose outputs ARE its exact
-    log-likelihood ratio (the vector and local built-ins of :mod:`dpaudit.mechanisms`).
+    log-likelihood ratio (the vector and local built-ins of :mod:`dpaudit.mechanisms.noise`).
 
     Args:
         mechanism: anything with ``run(neighbour, rng=..., size=...)``.

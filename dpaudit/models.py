@@ -2,7 +2,8 @@
 
 A :class:`ModelStack` holds the parameters of ``K`` models of one architecture with the
 model index on dimension 0, so that evaluating or training all of them is one batched
-matrix product per layer instead of ``K`` Python loops (DESIGN.md §4, §5).
+matrix product per layer instead of ``K`` Python loops (docs/architecture.md, "The
+training engine").
 
 The architectures are the multinomial logistic regression and the multilayer perceptron
 (MLP). Parameters are laid out exactly as ``torch.nn.Sequential(Linear, activation,

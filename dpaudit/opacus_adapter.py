@@ -81,7 +81,7 @@ import numpy as np
 import torch
 
 from dpaudit.errors import ConfigError
-from dpaudit.mechanisms import Claim
+from dpaudit.mechanisms.noise import Claim
 from dpaudit.records import DPSGDRecord
 from dpaudit.trainers import CanarySetup, TrainerOutput, TrainerSettings
 

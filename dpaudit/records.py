@@ -2,14 +2,18 @@
 
 The training engine emits one :class:`DPSGDRecord` per trained model; mechanism
 audits emit the mechanism's own parameters. Accounting reads these records, never the
-configuration that asked for them (STYLE.md: describe the mechanism, then account
-for it).
+configuration that asked for them: describe the mechanism, then account for it. A record
+carries its own codec to and from the arrays a work unit stores (:meth:`DPSGDRecord.to_arrays`,
+:meth:`DPSGDRecord.from_arrays`), so the store holds raw arrays and bounds come after it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
+
+import numpy as np
 
 Sampling = Literal["poisson", "full-batch"]
 
@@ -35,5 +39,41 @@ class DPSGDRecord:
     sampling: Sampling = "poisson"
     dataset_size: int | None = None
 
+    #: The arrays records are stored as (one entry per model). ``dataset_size`` is
+    #: provenance, not accounting, and is not stored.
+    ARRAY_KEYS: ClassVar[tuple[str, ...]] = (
+        "noise_multiplier",
+        "sampling_rate",
+        "steps",
+        "clipping_norm",
+        "full_batch",
+    )
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @staticmethod
+    def to_arrays(records: Sequence[DPSGDRecord]) -> dict[str, np.ndarray]:
+        """Records as the arrays a unit stores, one entry per record (model)."""
+        return {
+            "noise_multiplier": np.array([r.noise_multiplier for r in records], dtype=np.float64),
+            "sampling_rate": np.array([r.sampling_rate for r in records], dtype=np.float64),
+            "steps": np.array([r.steps for r in records], dtype=np.int64),
+            "clipping_norm": np.array([r.clipping_norm for r in records], dtype=np.float64),
+            "full_batch": np.array([r.sampling == "full-batch" for r in records], dtype=bool),
+        }
+
+    @staticmethod
+    def from_arrays(parts: Iterable[Mapping[str, np.ndarray]]) -> list[DPSGDRecord]:
+        """The records :meth:`to_arrays` stored, over one or several units, in order."""
+        return [
+            DPSGDRecord(
+                noise_multiplier=float(p["noise_multiplier"][k]),
+                sampling_rate=float(p["sampling_rate"][k]),
+                steps=int(p["steps"][k]),
+                clipping_norm=float(p["clipping_norm"][k]),
+                sampling="full-batch" if bool(p["full_batch"][k]) else "poisson",
+            )
+            for p in parts
+            for k in range(p["noise_multiplier"].size)
+        ]

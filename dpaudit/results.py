@@ -53,7 +53,7 @@ class Check:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Comparison:
     """A lower bound held against an upper bound (a claim or an accountant's value).
 
@@ -226,12 +226,12 @@ def gdp_implied_comparison(
     trade-off curve is Gaussian-shaped.
     """
     return Comparison(
-        test,
-        "epsilon",
-        mu_lower.epsilon(delta),
-        gdp_epsilon(mu_upper, delta),
-        f"{source} μ ⇒ ε",
-        False,
+        test=test,
+        parameter="epsilon",
+        lower=mu_lower.epsilon(delta),
+        upper=gdp_epsilon(mu_upper, delta),
+        upper_source=f"{source} μ ⇒ ε",
+        in_verdict=False,
     )
 
 

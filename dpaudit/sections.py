@@ -160,7 +160,7 @@ def target_format_from_suffix(path: str) -> str | None:
 
 class InputPerturbationSection(Table):
     """``[target.input_perturbation]``: the local randomisers of the ``input-perturbation``
-    target (see :mod:`dpaudit.input_perturbation` for the guarantee and its claim).
+    target (see :mod:`dpaudit.membership.input_perturbation` for the guarantee and its claim).
 
     ``features`` (``"laplace"``, ``"gaussian"`` or ``"none"``) perturbs every feature
     after clipping it to [−``bound``, ``bound``] (standardised units); ``labels``
@@ -230,7 +230,7 @@ class TargetSection(Table):
     ``output`` says whether a torch or ONNX model returns logits or probabilities.
 
     ``references`` says how shadow and reference models (LiRA, RMIA, shadow) are trained
-    for a model of your own (see :mod:`dpaudit.targets`): ``"recipe"`` (default) with
+    for a model of your own (see :mod:`dpaudit.membership.brought`): ``"recipe"`` (default) with
     ``[model]`` / ``[training]``; ``"clone"``, for a scikit-learn estimator, as clones of
     it (``sklearn.base.clone``) fitted on each reference split; or
     ``"pkg.module:function"``, your own training function ``function(X, y, *, seed)``

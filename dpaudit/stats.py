@@ -1,6 +1,7 @@
 """Confidence intervals for the rates an audit counts.
 
-Pure functions of counts; no state, no I/O (STYLE.md: keep the pure math apart).
+Pure functions of counts; no state, no I/O (the torch-free statistics core:
+docs/architecture.md, "The statistics core").
 """
 
 from __future__ import annotations

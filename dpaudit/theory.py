@@ -1,7 +1,7 @@
 """Closed-form privacy theory: GDP, trade-off curves and the classic mechanisms.
 
-Pure functions of numbers and arrays, no state and no I/O (STYLE.md: keep the pure
-math apart from state). A trade-off curve ``f`` maps a type I error ``alpha`` (the
+Pure functions of numbers and arrays, no state and no I/O (the torch-free statistics
+core: docs/architecture.md, "The statistics core"). A trade-off curve ``f`` maps a type I error ``alpha`` (the
 false-positive rate of a test of H0 = "D" against H1 = "D'") to the smallest type II
 error ``beta = f(alpha)`` any test can reach at that ``alpha``.
 
@@ -22,12 +22,15 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import special
 
-from dpaudit.errors import DpauditError, check_in_interval
+from dpaudit.errors import DpauditError, check_in_interval, check_integer
 
 __all__ = [
     "MuBracket",
+    "check_candidates",
     "compose_zcdp",
     "discrete_profile",
+    "dp_attribute_advantage_bound",
+    "full_batch_zcdp",
     "gaussian_sigma",
     "gaussian_zcdp",
     "gdp_bracket",
@@ -35,6 +38,7 @@ __all__ = [
     "gdp_delta",
     "gdp_epsilon",
     "gdp_mu",
+    "identification_success_bound",
     "k_rr_profile",
     "laplace_profile",
     "laplace_scale",
@@ -504,6 +508,89 @@ def compose_zcdp(*rhos: float) -> float:
         Bun, Steinke 2016, Lemma 1.7 (composition).
     """
     return float(sum(check_in_interval("rho", r, 0.0, math.inf, high_open=True) for r in rhos))
+
+
+def full_batch_zcdp(*, noise_multiplier: float, steps: int) -> float:
+    """ρ = T/(2σ²): T full-batch DP-GD steps (q = 1), each a Gaussian mechanism of
+    sensitivity C with noise σC, compose to ρ-zCDP. A subsampled Gaussian (q < 1) has no
+    such ρ.
+
+    References:
+        Bun, Steinke 2016, Prop. 1.6 (the Gaussian mechanism is Δ²/(2σ²)-zCDP) and
+        Lemma 1.7 (composition).
+    """
+    sigma = check_in_interval(
+        "noise_multiplier", noise_multiplier, 0.0, math.inf, low_open=True, high_open=True
+    )
+    # T compositions of Δ²/(2σ²) with Δ = C and noise σC: the C cancels.
+    return check_integer("steps", steps, low=1) / (2.0 * sigma**2)
+
+
+def dp_attribute_advantage_bound(epsilon: float, delta: float) -> dict[str, float]:
+    """Largest attribute advantage an (ε, δ)-DP training algorithm allows.
+
+    For a record z and the guess event E = "the attacker recovers z's sensitive value",
+    (ε, δ)-DP between the training set with z and without it (add/remove neighbours: with
+    fair-coin membership, a non-member's target is exactly the member's target without
+    it) gives, for the accuracies a_in = P[E | z in], a_out = P[E | z out], averaged over
+    records:
+
+        a_in ≤ e^ε·a_out + δ                       (DP applied to E)
+        1 − a_in ≥ e^{−ε}·(1 − a_out − δ)          (DP applied to the complement of E)
+
+    so the advantage a_in − a_out is at most min((e^ε − 1)·a_out + δ,
+    (1 − e^{−ε})·(1 − a_out) + e^{−ε}·δ). The first term grows and the second shrinks with
+    a_out; they meet at a_out = (1 − δ)/(e^ε + 1), where the advantage is
+
+        (e^ε − 1 + 2δ) / (e^ε + 1)      ("region", tight for the (ε, δ) region),
+
+    and the cruder first term alone gives Yeom et al.'s e^ε − 1 (plus δ; "yeom").
+
+    References:
+        Yeom, Giacomelli, Fredrikson, Jha (2018), IEEE CSF, attribute-inference section
+        (the attribute advantage of an ε-DP algorithm is at most e^ε − 1, by the same
+        argument as their Theorem 1 for membership); Kairouz, Oh, Viswanath (2015), "The
+        Composition Theorem for Differential Privacy", ICML, Theorem 2.1 (the (ε, δ)
+        region, whose extreme point gives the "region" value).
+    """
+    e = math.exp(epsilon)
+    return {"yeom": e - 1.0 + delta, "region": min(1.0, (e - 1.0 + 2.0 * delta) / (e + 1.0))}
+
+
+def identification_success_bound(*, epsilon: float, delta: float, candidates: int) -> float:
+    """Largest success probability of any attacker in the k-candidate identification game.
+
+    The game: D_1, …, D_k differ only in one record (the target, candidate i in D_i);
+    I is uniform on {1..k}, the attacker sees M(D_I) and names Î. If M is (ε, δ)-DP
+    for replace-one neighbours, then P[Î = I] ≤ (e^ε + (k − 1)δ)/(e^ε + k − 1).
+
+    Proof. Let p_i = P[A(M(D_i)) = i] and, for j ≠ i, q_ji = P[A(M(D_j)) = i]. D_i and
+    D_j are neighbours and {A = i} is an event, so p_i ≤ e^ε q_ji + δ. Summing over the
+    k − 1 values j ≠ i and then over i:
+        (k − 1) Σ_i p_i ≤ e^ε Σ_i Σ_{j≠i} q_ji + k(k − 1)δ.
+    Swapping the sums, Σ_i Σ_{j≠i} q_ji = Σ_j P[A(M(D_j)) ≠ j] ≤ Σ_j (1 − p_j) = k − S
+    with S = Σ_i p_i (≤ because an attacker may also abstain). Hence
+    (k − 1)S ≤ e^ε(k − S) + k(k − 1)δ, i.e. S(e^ε + k − 1) ≤ k e^ε + k(k − 1)δ, and
+    P[Î = I] = S/k ≤ (e^ε + (k − 1)δ)/(e^ε + k − 1). At ε = δ = 0 this is 1/k, blind
+    guessing; k-ary randomised response (truth with probability e^ε/(e^ε + k − 1)) is
+    ε-DP and meets it with equality, so it cannot be improved at δ = 0.
+    """
+    k = check_candidates(candidates)
+    eps = check_in_interval("epsilon", epsilon, 0.0, math.inf)
+    d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)
+    if math.isinf(eps):
+        return 1.0
+    # Divide through by e^ε to stay finite for large ε.
+    return (1.0 + (k - 1) * d * math.exp(-eps)) / (1.0 + (k - 1) * math.exp(-eps))
+
+
+def check_candidates(candidates: int) -> int:
+    """k ≥ 2 candidates of the identification game, as an int."""
+    if isinstance(candidates, bool) or not isinstance(candidates, int | np.integer):
+        raise DpauditError(f"The 'candidates' parameter must be an integer. Got {candidates!r}.")
+    if candidates < 2:
+        raise DpauditError(f"The 'candidates' parameter must be at least 2. Got {candidates}.")
+    return int(candidates)
 
 
 def output_perturbation_sensitivity(n: int, lam: float, *, lipschitz: float = 1.0) -> float:

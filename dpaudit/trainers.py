@@ -64,7 +64,6 @@ The built-in engine trainers do this with the sampling plan of the spec they run
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,11 +75,12 @@ import torch
 from dpaudit import erm, theory
 from dpaudit.errors import ConfigError, DpauditError, check_choice
 from dpaudit.greybox import GreyBoxObservations
-from dpaudit.mechanisms import Claim, load_callable
 from dpaudit.models import ModelSpec, ModelStack
+from dpaudit.plugins import load_plugin
 from dpaudit.recipes import sampling_plan
 from dpaudit.records import DPSGDRecord
 from dpaudit.training import GradientCanary, StepInfo, TrainingSpec, train_many
+from dpaudit.upper_bounds import Claim
 from dpaudit.whitebox import WHITE_BOX_SCORES, mixture_log_likelihood_ratio
 
 __all__ = [
@@ -916,9 +916,7 @@ def get_trainer(name: str, *, base_dir: str | Path | None = None) -> Trainer:
     if name in TRAINERS:
         return TRAINERS[name]
     if isinstance(name, str) and ":" in name:
-        if base_dir is not None and str(base_dir) not in sys.path:
-            sys.path.insert(0, str(base_dir))  # plug-ins next to the audit file
-        fn = load_callable(name, what="trainer")
+        fn = load_plugin(name, base_dir=base_dir, what="trainer")
         return _user_trainer(fn, name)
     valid = ", ".join(repr(t) for t in TRAINERS)
     raise ConfigError(

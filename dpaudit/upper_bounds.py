@@ -2,38 +2,55 @@
 
 The ONE place that turns a training run's :class:`~dpaudit.records.DPSGDRecord` (read
 from the engine or a user trainer, never from the configuration that asked for it) or a
-stated :class:`~dpaudit.mechanisms.Claim` into the upper bounds that audits hold their
+stated :class:`Claim` into the upper bounds that audits hold their
 lower bounds against. Accounting itself is dp-accounting's (:mod:`dpaudit.accounting`).
 
-Records travel through the run store as arrays (:func:`record_arrays`,
-:func:`records_from_arrays`): units store raw outputs, bounds come after the store.
+Records travel through the run store as arrays (:meth:`DPSGDRecord.to_arrays`,
+:meth:`DPSGDRecord.from_arrays`): units store raw outputs, bounds come after the store.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from dpaudit.mechanisms import Claim
 from dpaudit.records import DPSGDRecord
 from dpaudit.theory import gdp_epsilon, mu_from_pure_dp, zcdp_to_dp
 
 __all__ = [
     "RECORD_KEYS",
+    "Claim",
     "UpperBound",
     "from_claim",
     "from_records",
-    "record_arrays",
-    "records_from_arrays",
 ]
 
 #: The arrays one record is stored as (one entry per model).
-RECORD_KEYS = ("noise_multiplier", "sampling_rate", "steps", "clipping_norm", "full_batch")
+RECORD_KEYS = DPSGDRecord.ARRAY_KEYS
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The privacy a mechanism or trainer claims: (ε, δ)-DP and/or μ-GDP, or ρ-zCDP.
+
+    A ρ-zCDP claim (``rho``, alone) is held as (ρ + 2√(ρ ln(1/δ)), δ)-DP at the audit's δ
+    (Bun, Steinke 2016, Prop. 1.3) and implies no μ-GDP bound
+    (:func:`dpaudit.upper_bounds.from_claim`).
+    """
+
+    epsilon: float | None = None
+    delta: float = 0.0
+    mu: float | None = None
+    rho: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"epsilon": self.epsilon, "delta": self.delta, "mu": self.mu}
+        if self.rho is not None:
+            out["rho"] = self.rho
+        return out
 
 
 @dataclass(frozen=True)
@@ -173,31 +190,3 @@ def from_claim(claim: Claim, delta: float, *, source: str = "trainer claim") -> 
     else:
         mu_upper = None
     return UpperBound(eps_upper, eps_delta, mu_upper, source, {"claim": claim.to_dict()})
-
-
-def record_arrays(records: Sequence[DPSGDRecord]) -> dict[str, np.ndarray]:
-    """Records as the arrays a unit stores (one entry per model)."""
-    return {
-        "noise_multiplier": np.array([r.noise_multiplier for r in records], dtype=np.float64),
-        "sampling_rate": np.array([r.sampling_rate for r in records], dtype=np.float64),
-        "steps": np.array([r.steps for r in records], dtype=np.int64),
-        "clipping_norm": np.array([r.clipping_norm for r in records], dtype=np.float64),
-        "full_batch": np.array([r.sampling == "full-batch" for r in records], dtype=bool),
-    }
-
-
-def records_from_arrays(parts: Iterable[Mapping[str, np.ndarray]]) -> list[DPSGDRecord]:
-    """The records stored by :func:`record_arrays`, over several units."""
-    out = []
-    for p in parts:
-        for k in range(p["noise_multiplier"].size):
-            out.append(
-                DPSGDRecord(
-                    noise_multiplier=float(p["noise_multiplier"][k]),
-                    sampling_rate=float(p["sampling_rate"][k]),
-                    steps=int(p["steps"][k]),
-                    clipping_norm=float(p["clipping_norm"][k]),
-                    sampling="full-batch" if bool(p["full_batch"][k]) else "poisson",
-                )
-            )
-    return out

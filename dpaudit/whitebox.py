@@ -23,7 +23,8 @@ for q < 1 the plain sum is not the likelihood ratio and loses power: it weighs a
 with a large observation (the canary was probably sampled) no more than a step with a
 small one.
 
-Pure functions of arrays and numbers; no torch (STYLE.md: keep the pure math apart).
+Pure functions of arrays and numbers; no torch (the torch-free statistics core:
+docs/architecture.md, "The statistics core").
 
 References:
     Neyman, Pearson 1933, "On the Problem of the Most Efficient Tests of Statistical

@@ -29,7 +29,7 @@ from dpaudit.attacks.reference import ReferenceLogits
 from dpaudit.attacks.shadow import attack_features
 from dpaudit.data import SensitiveColumn, load_dataset
 from dpaudit.errors import ConfigError, DataError, DpauditError
-from dpaudit.membership import AuditedTarget, prepare_target
+from dpaudit.membership.pipeline import AuditedTarget, prepare_target
 from dpaudit.models import ModelSpec, ModelStack
 from dpaudit.training import TrainingSpec, train_many
 
@@ -88,7 +88,7 @@ def test_every_attack_has_small_options() -> None:
 
 @pytest.mark.parametrize("name", sorted(ATTACKS))
 class TestAttackContract:
-    """The contract every registered attack honours (STYLE.md: one shared contract class)."""
+    """The contract every registered attack honours (one shared contract class for all)."""
 
     def test_shape_and_finite(self, name: str, two_targets: AuditedTarget) -> None:
         scores = run_attack(name, two_targets, seed=0)
@@ -523,7 +523,7 @@ def test_membership_headline_must_be_listed(tmp_path) -> None:
 
 
 def test_rmia_options_enter_the_unit_key_only_when_rmia_runs() -> None:
-    from dpaudit.kinds.membership import OwnSpec, own_key_data
+    from dpaudit.membership.kind import OwnSpec, own_key_data
     from dpaudit.sections import DataSection, ModelSection, TrainingSection
 
     common = {

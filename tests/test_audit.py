@@ -134,7 +134,7 @@ unit_size = 1000
     ],
 )
 def test_gate_report_and_execution_changes_reuse_every_unit(tmp_path: Path, change: str) -> None:
-    # The unit key covers only what changes a unit's outputs (DESIGN §6): the gate, the
+    # The unit key covers only what changes a unit's outputs (docs/design.md, "The run directory"): the gate, the
     # report and where units run (all but unit_size, which cuts the work) do not.
     run_dir = tmp_path / "run"
     first = run_audit(_write(tmp_path, MECHANISM), output_dir=run_dir)

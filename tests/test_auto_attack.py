@@ -147,7 +147,7 @@ def test_one_run_bounds_on_auto_scores_are_valid():
     """Coverage: a target that is ε-DP per row (randomised response, ε = 1), reference
     models of the same mechanism; the one-run bound on "auto"'s scores exceeds ε in at
     most the binomial 99.9 % quantile of 200 audits at 1 − confidence = 5 %."""
-    from dpaudit.membership import one_run_bound
+    from dpaudit.membership.pipeline import one_run_bound
 
     epsilon, k, m, n_z, repeats = 1.0, 6, 400, 100, 200
     violations, values = 0, []
@@ -220,7 +220,7 @@ def test_the_kind_scores_auto_as_its_choice_and_records_it(tmp_path):
 
 
 def test_the_default_attacks_end_with_auto():
-    from dpaudit.kinds.membership import MembershipSection
+    from dpaudit.membership.kind import MembershipSection
 
     assert MembershipSection().attacks == ["loss", "shadow", "auto"]
 

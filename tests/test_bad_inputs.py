@@ -3,7 +3,7 @@
 Each case writes one bad file next to a tiny audit (40 rows, 3 features, the loss attack)
 and runs ``dpaudit run`` through Typer's ``CliRunner``: the exit code is 2, stderr holds
 exactly one line that names the file and matches the case's message, and no
-``results.json`` is written. The same cases go through :func:`dpaudit.targets.preflight`,
+``results.json`` is written. The same cases go through :func:`dpaudit.membership.brought.preflight`,
 which must refuse each one before any work unit runs.
 """
 
@@ -25,9 +25,9 @@ from dpaudit.audit import run_context
 from dpaudit.cli import app
 from dpaudit.config import load_config
 from dpaudit.errors import ConfigError, DataError, DpauditError
-from dpaudit.kinds.membership import byo_spec
+from dpaudit.membership.brought import preflight
+from dpaudit.membership.kind import byo_spec
 from dpaudit.sections import ByoSpec
-from dpaudit.targets import preflight
 
 N, D = 40, 3
 
@@ -326,7 +326,9 @@ def test_preflight_imports_the_factory(tmp_path: Path) -> None:
     (tmp_path / "a.toml").write_text(
         AUDIT.format(dataset=dataset, target='factory = "no_such_module:build"\n' + MEMBER)
     )
-    with pytest.raises(ConfigError, match=r"cannot import 'no_such_module'"):
+    with pytest.raises(
+        ConfigError, match=r"Cannot import module 'no_such_module' for \[target\] factory"
+    ):
         preflight(_spec(tmp_path / "a.toml"))
 
 

@@ -7,7 +7,7 @@ What is checked against what:
   exactly 0 there, and at the worst-case θ₀ the canary's gradient is the known vector
   (e_decoy − e_label) ⊗ (x, 1), clipped to norm C (engine's backend, float64);
 * under full-batch DP-GD the black-box logit-shift score of each arm is the closed-form
-  Gaussian of :func:`dpaudit.canaries.crafted_score_moments` (KS test, fixed seed);
+  Gaussian of :func:`dpaudit.dpsgd.canaries.crafted_score_moments` (KS test, fixed seed);
 * validity: 400 audits of correct DP-GD with the levers (their models trained by the engine
   in one batch, the real scoring and bound code on each audit's slice) report a violation
   no more often than Binomial(400, 1 − c) allows, and the power is not vacuous.
@@ -22,15 +22,14 @@ import pytest
 import torch
 from scipy import stats
 
-from dpaudit.canaries import (
+from dpaudit.dpsgd.canaries import (
     CraftedRun,
     crafted_canary,
     crafted_clipped_weight,
     crafted_score_moments,
     worst_case_margin,
 )
-from dpaudit.errors import ConfigError, DataError
-from dpaudit.kinds.dpsgd import (
+from dpaudit.dpsgd.kind import (
     DpsgdSection,
     DpsgdSpec,
     _many_run_bounds,
@@ -39,6 +38,7 @@ from dpaudit.kinds.dpsgd import (
     dpsgd_unit,
     run_dpsgd_from_section,
 )
+from dpaudit.errors import ConfigError, DataError
 from dpaudit.training.engine import CLIP_EPSILON, LinearStackBackend
 
 ROWS, STEPS, MU = 30, 3, 1.5

@@ -26,7 +26,8 @@ from dpaudit.stats import clopper_pearson
 
 # ------------------------------------------------------------------ fixed-threshold values
 def test_published_count_example() -> None:
-    # DESIGN/issue #2 reference: FP 5/1000, FN 50/1000, δ = 1e-5, one-sided 0.025 per rate.
+    # The worked example of docs/design.md and README: FP 5/1000, FN 50/1000, δ = 1e-5,
+    # one-sided 0.025 per rate.
     b = epsilon_from_counts(5, 1000, 50, 1000, delta=1e-5, confidence_level=0.95)
     assert b.value == pytest.approx(4.387, abs=1e-3)
     assert b.fpr.high == pytest.approx(
@@ -218,7 +219,8 @@ def test_nan_scores_are_an_error() -> None:
 @pytest.mark.parametrize(
     ("m", "r", "v", "delta", "expected"),
     [
-        # Reference values from issue #7 (Steinke, Nasr, Jagielski 2023 bound).
+        # Reference values of the one-run bound (Steinke, Nasr, Jagielski 2023, Thm. 3.1;
+        # δ > 0 as in their Prop. 5.2).
         (1000, 100, 100, 0.0, 3.493),
         (1000, 1000, 1000, 1e-5, 5.782),
         (1000, 500, 400, 1e-5, 1.198),

@@ -106,7 +106,7 @@ def test_monotone_limits_bracket_and_compute_exactly() -> None:
     assert limits.counts.size < n // 10
 
 
-# ------------------------------------------- fast paths of issue #18, part 2 (10⁶ trials)
+# ------------------------------------------------ fast paths for 10⁶ trials per arm
 #
 # Each fast path below is held, bit for bit, to the computation it replaced: the old
 # code is kept here verbatim as the reference.
@@ -275,8 +275,8 @@ def test_both_bounds_at_once_equal_each_alone_and_the_full_scan(
 
 
 def test_a_mechanism_run_loads_neither_scipy_stats_nor_scipy_optimize(tmp_path: Path) -> None:
-    # ≈ 0.5 s and ≈ 0.15 s of imports that a Laplace audit never uses (issue #18: a
-    # mechanism audit at 10⁶ trials per arm in ≤ 3 s of CPU end to end).
+    # ≈ 0.5 s and ≈ 0.15 s of imports that a Laplace audit never uses (the speed goal:
+    # a mechanism audit at 10⁶ trials per arm in ≤ 3 s of CPU end to end).
     root = Path(__file__).resolve().parent.parent
     audit = (root / "audits" / "laplace.toml").read_text()
     path = tmp_path / "laplace.toml"

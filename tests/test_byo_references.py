@@ -28,8 +28,7 @@ import pytest
 from dpaudit.audit import run_audit, run_context
 from dpaudit.config import load_config
 from dpaudit.errors import ConfigError
-from dpaudit.kinds.membership import CLONE_NOTE, RECIPE_NOTE, byo_key_data, byo_spec
-from dpaudit.targets import (
+from dpaudit.membership.brought import (
     CLONE_REFERENCES,
     byo_unit,
     byo_units,
@@ -38,6 +37,7 @@ from dpaudit.targets import (
     preflight,
     reference_trainer,
 )
+from dpaudit.membership.kind import CLONE_NOTE, RECIPE_NOTE, byo_key_data, byo_spec
 
 N_AUDITED, N_POPULATION, D, C = 200, 100, 5, 3
 
@@ -200,7 +200,7 @@ def _hand_lira(phi_target, phi_refs, inside):
 def test_lira_scores_with_clones_equal_a_hand_computation(world, monkeypatch) -> None:
     from sklearn.linear_model import LogisticRegression
 
-    import dpaudit.targets as targets
+    import dpaudit.membership.brought as targets
 
     spec, _ = _spec(world, 'factory = "byo_ref_sk:trained"\nreferences = "clone"')
     seen: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpaudit.canaries import (
+from dpaudit.dpsgd.canaries import (
     clipbkd_canary,
     dirac_direction,
     input_canary,

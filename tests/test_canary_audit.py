@@ -16,9 +16,10 @@ import pytest
 from scipy import stats
 
 from dpaudit import theory
+from dpaudit.bounds import one_run_guesses
+from dpaudit.dpsgd.kind import DpsgdSection, run_dpsgd_from_section
 from dpaudit.errors import ConfigError
-from dpaudit.kinds.dpsgd import DpsgdSection, one_run_guesses, run_dpsgd_from_section
-from dpaudit.mechanisms import Claim
+from dpaudit.mechanisms.noise import Claim
 from dpaudit.records import DPSGDRecord
 from dpaudit.trainers import (
     TrainerOutput,
@@ -147,7 +148,7 @@ def test_dpgd_white_box_dirac_mu_bound_near_exact_gdp(tmp_path):
 def test_dpgd_white_box_scores_are_the_gaussian_of_exact_gdp(tmp_path):
     # Scores/Σ: standardised by the known noise std √T·σC/n, the two arms are N(0, 1) and
     # N(μ, 1) with μ = √T/σ = 1. Kolmogorov–Smirnov at level 1e-3 on 1000 per arm.
-    from dpaudit.kinds.dpsgd import DpsgdSpec, dpsgd_unit
+    from dpaudit.dpsgd.kind import DpsgdSpec, dpsgd_unit
 
     # The plain sum (score = "sum"); tests/test_whitebox_lr.py checks the likelihood ratio.
     section = DpsgdSection.model_validate({**DPGD, "trials": 1000, "score": "sum"})
@@ -279,8 +280,8 @@ def test_one_run_guesses_count_top_and_bottom():
     scores = np.array([5.0, -1.0, 3.0, 0.0, -2.0, 4.0])
     included = np.array([True, False, False, True, False, True])
     # Bottom 2: indices 4, 1 (both out: correct); top 2: indices 5, 0 (both in: correct).
-    assert one_run_guesses(scores, included, 4) == (4, 4)
-    assert one_run_guesses(scores, ~included, 4) == (4, 0)
+    assert one_run_guesses(scores, included, guesses_per_side=2) == (4, 4)
+    assert one_run_guesses(scores, ~included, guesses_per_side=2) == (4, 0)
 
 
 def test_one_run_weak_noise_is_detected_and_correct_engine_is_consistent(tmp_path):
@@ -328,7 +329,7 @@ def test_section_is_frozen_and_forbids_extra():
 
 
 def test_records_of_the_engine_are_what_ran(tmp_path):
-    from dpaudit.kinds.dpsgd import DpsgdSpec, dpsgd_unit
+    from dpaudit.dpsgd.kind import DpsgdSpec, dpsgd_unit
 
     section = DpsgdSection.model_validate({**DPSGD_WHITE, "trials": 2})
     cfg = DpsgdSpec(section=section, seed=0, unit_size=10, base_dir=str(HERE))
@@ -395,7 +396,7 @@ def test_a_trainer_can_claim_rho_zcdp(tmp_path: Path) -> None:
 
 
 def test_a_rho_claim_is_alone_and_needs_a_positive_delta() -> None:
-    from dpaudit.mechanisms import Claim
+    from dpaudit.mechanisms.noise import Claim
     from dpaudit.upper_bounds import from_claim
 
     with pytest.raises(ValueError, match=r"a claim gives 'rho' \(zCDP\) alone"):

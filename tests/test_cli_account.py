@@ -91,7 +91,7 @@ def test_account_nonpositive_sigma_exit_2(sigma):
 
 
 def test_account_and_engine_agree_on_the_number_of_steps():
-    # The recipe of the issue that found them apart: B = 64, N = 1000, 10 epochs. The
+    # The recipe on which they once disagreed: B = 64, N = 1000, 10 epochs. The
     # engine runs 10·⌊1000/64⌋ = 150 steps; `dpaudit account` must account the same.
     import numpy as np
 

@@ -35,10 +35,38 @@ def _check(gate: GateSection, comparisons=(), tests=TESTS, attribute=()):
 
 
 def test_violation_needs_a_rigorous_bound_above_its_upper_bound() -> None:
-    above = Comparison("t", "epsilon", STRONG, 5.0, "claimed ε", True)
-    below = Comparison("t", "epsilon", STRONG, 6.0, "claimed ε", True)
-    heuristic = Comparison("t", "epsilon", HEURISTIC, 5.0, "claimed ε", True)
-    outside = Comparison("t", "epsilon", STRONG, 5.0, "claimed ε", False)
+    above = Comparison(
+        test="t",
+        parameter="epsilon",
+        lower=STRONG,
+        upper=5.0,
+        upper_source="claimed ε",
+        in_verdict=True,
+    )
+    below = Comparison(
+        test="t",
+        parameter="epsilon",
+        lower=STRONG,
+        upper=6.0,
+        upper_source="claimed ε",
+        in_verdict=True,
+    )
+    heuristic = Comparison(
+        test="t",
+        parameter="epsilon",
+        lower=HEURISTIC,
+        upper=5.0,
+        upper_source="claimed ε",
+        in_verdict=True,
+    )
+    outside = Comparison(
+        test="t",
+        parameter="epsilon",
+        lower=STRONG,
+        upper=5.0,
+        upper_source="claimed ε",
+        in_verdict=False,
+    )
     gate = GateSection()
     failed = _check(gate, [above])["fail_on_violation"]
     assert not failed.passed
@@ -56,10 +84,24 @@ def test_max_epsilon_lower_bound_counts_only_rigorous_epsilon_bounds() -> None:
     mu = mu_from_counts(0, 1000, 0, 1000)  # a large μ must not count as ε
     comps = [
         Comparison(
-            "a", "epsilon", epsilon_from_counts(5, 1000, 50, 1000, delta=1e-5), None, "none", False
+            test="a",
+            parameter="epsilon",
+            lower=epsilon_from_counts(5, 1000, 50, 1000, delta=1e-5),
+            upper=None,
+            upper_source="none",
+            in_verdict=False,
         ),
-        Comparison("b", "epsilon", HEURISTIC, None, "none", False),
-        Comparison("c", "mu", mu, None, "none", False),
+        Comparison(
+            test="b",
+            parameter="epsilon",
+            lower=HEURISTIC,
+            upper=None,
+            upper_source="none",
+            in_verdict=False,
+        ),
+        Comparison(
+            test="c", parameter="mu", lower=mu, upper=None, upper_source="none", in_verdict=False
+        ),
     ]
     check = _check(GateSection(max_epsilon_lower_bound=4.0), comps)["max_epsilon_lower_bound"]
     assert check.value == pytest.approx(4.3866, abs=1e-4)

@@ -18,7 +18,7 @@ from dpaudit.identification import (
     identify_profile,
     mechanism_profile,
 )
-from dpaudit.mechanisms import k_rr_probabilities, unary_encoding_probabilities
+from dpaudit.mechanisms.noise import k_rr_probabilities, unary_encoding_probabilities
 from dpaudit.theory import (
     discrete_profile,
     gdp_bracket_from_grid,
@@ -123,7 +123,7 @@ def test_vector_laplace_pairs_stay_below_the_one_coordinate_profile() -> None:
     # mechanism_profile("laplace") in d dimensions is the pair differing in ONE
     # coordinate; the spread pairs' profiles, estimated from 10⁶ simulated privacy losses
     # (δ(ε') = E_{D'}[(1 − e^{ε' − L})₊]), lie below it, the e₁ pair on it (4 s.e. slack).
-    from dpaudit.mechanisms import vector_laplace
+    from dpaudit.mechanisms.noise import vector_laplace
 
     eps = np.array([0.0, 0.25, 0.5, 0.75])
     profile = mechanism_profile("local-laplace", {"sensitivity": 1.0, "scale": 1.0})

@@ -15,7 +15,7 @@ import grimp
 import pytest
 
 from dpaudit.kinds import get_kind, kind_names, register_kind
-from dpaudit.kinds.mechanism import MechanismKind
+from dpaudit.mechanisms.kind import MechanismKind
 
 GRAPH = grimp.build_graph("dpaudit", exclude_type_checking_imports=False)
 
@@ -112,7 +112,7 @@ def test_a_name_registers_once() -> None:
 
 
 def test_builtin_trainer_names_match_the_trainer_registry() -> None:
-    from dpaudit.kinds.dpsgd import BUILTIN_TRAINERS
+    from dpaudit.dpsgd.kind import BUILTIN_TRAINERS
     from dpaudit.trainers import TRAINERS
 
     assert set(BUILTIN_TRAINERS) == set(TRAINERS)

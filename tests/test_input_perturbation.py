@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpaudit import input_perturbation as ip
 from dpaudit.config import parse_config
 from dpaudit.errors import ConfigError
-from dpaudit.input_perturbation import InputPerturbation, feature_noise, randomise
-from dpaudit.mechanisms import Claim, gaussian_calibrated, k_rr_probabilities, laplace_llr
-from dpaudit.membership import one_run_bound
+from dpaudit.mechanisms.noise import Claim, gaussian_calibrated, k_rr_probabilities, laplace_llr
+from dpaudit.membership import input_perturbation as ip
+from dpaudit.membership.input_perturbation import InputPerturbation, feature_noise, randomise
+from dpaudit.membership.pipeline import one_run_bound
 
 AUDIT = Path(__file__).resolve().parents[1] / "audits" / "membership-input-perturbation.toml"
 # Statistical checks use fixed seeds; each interval is exact for the law under test at
@@ -199,7 +199,7 @@ def test_variant_and_table_go_together() -> None:
 
 
 def test_claim_is_the_per_record_ldp_epsilon_and_enters_through_from_claim() -> None:
-    from dpaudit.kinds import _targets
+    from dpaudit.membership import trained as _targets
 
     both = InputPerturbation(features="laplace", labels="k-rr", epsilon=1.5, label_share=0.2)
     assert both.claim() == Claim(epsilon=1.5, delta=0.0)
@@ -302,7 +302,7 @@ def test_model_audits_never_exceed_the_claim_beyond_the_binomial_allowance() -> 
     on the model from above (training is post-processing of the slots it sees)."""
     from dpaudit.attacks import LossAttack
     from dpaudit.data import load_dataset
-    from dpaudit.membership import prepare_target
+    from dpaudit.membership.pipeline import prepare_target
     from dpaudit.models import ModelSpec
     from dpaudit.training import TrainingSpec
 
@@ -331,7 +331,7 @@ def test_model_audits_never_exceed_the_claim_beyond_the_binomial_allowance() -> 
 
 def test_a_unit_stores_the_claim_and_the_randomisers_as_they_ran() -> None:
     """What the membership and attribute units store, and what their tests then name."""
-    from dpaudit.kinds import _targets
+    from dpaudit.membership import trained as _targets
     from dpaudit.sections import (
         DataSection,
         InputPerturbationSection,

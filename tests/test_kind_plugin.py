@@ -62,7 +62,14 @@ class CoinKind(AuditKind[CoinSection]):
         neg, pos = outputs["coin-00000"]["negative"], outputs["coin-00000"]["positive"]
         bound = epsilon_lower_bound(neg, pos, delta=0.0, confidence_level=level, seed=0)
         test = score_summary("coin", "coin", neg, pos, confidence_level=context.confidence_level)
-        comparison = Comparison("coin", "epsilon", bound, section.claimed_epsilon, "claim", True)
+        comparison = Comparison(
+            test="coin",
+            parameter="epsilon",
+            lower=bound,
+            upper=section.claimed_epsilon,
+            upper_source="claim",
+            in_verdict=True,
+        )
         return KindSummary((test,), (comparison,))
 
 

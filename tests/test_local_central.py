@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpaudit import local_central as lc
 from dpaudit.bounds import epsilon_lower_bound
+from dpaudit.local_central import simulate as lc
 
 LN3 = math.log(3.0)
 A = 1e-3  # two-sided failure probability of each statistical check
@@ -236,7 +236,7 @@ def test_init_writes_an_example_that_validates(tmp_path, monkeypatch) -> None:
 def test_the_table_refuses_keys_of_the_other_query(table: dict, message: str) -> None:
     from pydantic import ValidationError
 
-    from dpaudit.kinds.local_central import LocalCentralSection
+    from dpaudit.local_central.kind import LocalCentralSection
 
     with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
         LocalCentralSection(**table)

@@ -14,8 +14,8 @@ from dpaudit.audit import run_audit
 from dpaudit.bounds import epsilon_lower_bound
 from dpaudit.config import parse_config
 from dpaudit.errors import ConfigError, DpauditError
-from dpaudit.kinds.mechanism import MechanismSection, _upper, build_mechanism
-from dpaudit.mechanisms import gaussian_calibrated
+from dpaudit.mechanisms.kind import MechanismSection, _upper, build_mechanism
+from dpaudit.mechanisms.noise import gaussian_calibrated
 from dpaudit.theory import gaussian_zcdp, zcdp_to_dp
 
 

@@ -11,7 +11,7 @@ from scipy import stats
 from dpaudit.bounds import epsilon_lower_bound
 from dpaudit.errors import DpauditError
 from dpaudit.ideal import ideal_for_mechanism, ideal_lower_bound
-from dpaudit.mechanisms import k_randomized_response, k_rr_probabilities, vector_laplace
+from dpaudit.mechanisms.noise import k_randomized_response, k_rr_probabilities, vector_laplace
 
 
 def _exact_k_rr_sample(k: int, epsilon: float, n: int = 1_000_000):

@@ -1,7 +1,7 @@
 """Local randomisers (k-RR, unary encoding, local Laplace/Gaussian) and vector mechanisms.
 
 Closed forms of their output laws and log-likelihood-ratio scores, the audit file's rules,
-the goals of the tracker issue at 10⁵ trials, and validity over repeated audits of
+power goals at 10⁵ trials (the share of the true ε a bound must reach), and validity over repeated audits of
 correct code with a power control (tests/test_bounds.py's standard).
 """
 
@@ -17,7 +17,7 @@ from dpaudit.audit import run_audit
 from dpaudit.bounds import epsilon_lower_bound, mu_lower_bound
 from dpaudit.config import parse_config
 from dpaudit.errors import ConfigError, DpauditError
-from dpaudit.mechanisms import (
+from dpaudit.mechanisms.noise import (
     k_randomized_response,
     k_rr_probabilities,
     laplace_llr,
@@ -166,7 +166,7 @@ def _bounds(result) -> dict[str, float]:
 
 
 def test_goal_k_rr_k4_eps1_reaches_95_percent_of_eps(tmp_path: Path) -> None:
-    # Tracker goal: k = 4, ε = 1, 10⁵ trials per input, ε_LB ≥ 0.95 ε.
+    # Power goal: k = 4, ε = 1, 10⁵ trials per input, ε_LB ≥ 0.95 ε.
     cfg = parse_config(_config('name = "k-rr"\nk = 4\nepsilon = 1.0\ntrials = 100_000'))
     result = run_audit(cfg, output_dir=tmp_path, write=False)
     assert result.verdict == "pass"
@@ -174,7 +174,7 @@ def test_goal_k_rr_k4_eps1_reaches_95_percent_of_eps(tmp_path: Path) -> None:
 
 
 def test_goal_laplace_5d_e1_reaches_90_percent_of_eps(tmp_path: Path) -> None:
-    # Tracker goal: 5-dimensional Laplace, ℓ1 sensitivity 1, ε = 1, inputs differing by
+    # Power goal: 5-dimensional Laplace, ℓ1 sensitivity 1, ε = 1, inputs differing by
     # e₁, 10⁵ trials per input: ε_LB ≥ 0.9 ε.
     text = (
         'name = "laplace"\nepsilon = 1.0\ntrials = 100_000\n'

@@ -14,7 +14,7 @@ from dpaudit.audit import run_audit
 from dpaudit.bounds import mu_lower_bound
 from dpaudit.config import parse_config
 from dpaudit.errors import ConfigError, DpauditError
-from dpaudit.mechanisms import user_mechanism
+from dpaudit.mechanisms.noise import user_mechanism
 
 AUDITS = Path(__file__).resolve().parents[1] / "audits"
 PLUGIN = "plugins.noisy_histogram"
@@ -74,7 +74,7 @@ def test_both_scorers_or_a_scorer_on_a_builtin_are_refused() -> None:
 
 
 def test_an_impossible_output_keeps_its_order_with_a_finite_score() -> None:
-    from dpaudit.mechanisms import _user_scores
+    from dpaudit.mechanisms.noise import _user_scores
 
     out = _user_scores(np.array([np.inf, 0.5, -np.inf, -2.0]), np.zeros((4, 3)), "f")
     np.testing.assert_array_equal(out, [3.0, 0.5, -3.0, -2.0])

@@ -1,4 +1,4 @@
-"""Tests for dpaudit.membership: the fair-coin pipeline, its bounds and result objects."""
+"""Tests for dpaudit.membership.pipeline: the fair-coin pipeline, its bounds and result objects."""
 
 from __future__ import annotations
 
@@ -13,16 +13,16 @@ from dpaudit import accounting
 from dpaudit.bounds import one_run_epsilon_lower_bound
 from dpaudit.data import load_dataset
 from dpaudit.errors import ConfigError, DataError, DpauditError
-from dpaudit.membership import (
+from dpaudit.membership.pipeline import (
     audit_attribute,
     audit_membership,
-    dp_attribute_advantage_bound,
     fair_coins,
     one_run_bound,
     prepare_target,
 )
 from dpaudit.models import ModelSpec
 from dpaudit.stats import clopper_pearson
+from dpaudit.theory import dp_attribute_advantage_bound
 from dpaudit.training import DPConfig, TrainingSpec
 
 # An MLP that overfits 400 audited rows of statsmodels:fair (about 200 members) within a

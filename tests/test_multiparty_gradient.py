@@ -22,9 +22,9 @@ import torch
 from scipy import stats
 
 from dpaudit import theory
-from dpaudit.canaries import dirac_direction
+from dpaudit.dpsgd.canaries import dirac_direction
+from dpaudit.dpsgd.kind import DpsgdSection, _many_run_bounds
 from dpaudit.kinds.base import VerdictBudget
-from dpaudit.kinds.dpsgd import DpsgdSection, _many_run_bounds
 from dpaudit.models import ModelSpec
 from dpaudit.trainers import (
     TRAINERS,

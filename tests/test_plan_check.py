@@ -1,6 +1,6 @@
 """`dpaudit plan`'s trial count, run: the Laplace mechanism at ε = 1, target 0.95 at 95 %.
 
-Issue #17 asks that the number of trials per arm `dpaudit plan --target 0.95
+The criterion: the number of trials per arm `dpaudit plan --target 0.95
 --mechanism-epsilon 1` prints reaches ε_LB ≥ 0.95 in at least half of 20 seeds when the
 Laplace audit is run with it. The count is taken from the planning function the CLI
 calls (and checked to be the number the CLI prints); the audit is the mechanism kind's
@@ -22,7 +22,7 @@ margin, not by a trial. `benchmarks/plan_check.py` measures the probability on 4
 seeds (1000..1399), the same code path: 198 of 400, 0.495 [0.445, 0.545] (95 %
 Clopper–Pearson), median bound 0.9497: the plan is right about the median. The power
 control below (half the plan's trials) makes the check two-sided: a plan that overcounts
-(10⁶ trials would pass the issue's criterion trivially) fails it.
+(10⁶ trials would pass the criterion trivially) fails it.
 
 The seeds are the first twenty, 0..19, not chosen by their outcome (12 of 20 reach the
 target here). The outcome depends on how the trials are drawn: the same seeds with all

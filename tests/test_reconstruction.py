@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dpaudit.errors import DpauditError
-from dpaudit.reconstruction import (
+from dpaudit.reconstruction.methods import (
     Defence,
     GameNetwork,
     Network,
@@ -60,7 +60,7 @@ def test_without_bias_relu_two_layer_gradient_fixes_x_only_up_to_two_scales() ->
     x = IMAGES[7:8]
     import torch
 
-    from dpaudit.reconstruction import _forward, _torch_params
+    from dpaudit.reconstruction.methods import _forward, _torch_params
 
     f = float(_forward(net, _torch_params(net), torch.as_tensor(x))[0, 0])
     y = 3.0 * f  # then c = (y − F)/F = 2
@@ -288,7 +288,7 @@ def test_tensor_method_recovers_directions_of_a_planted_batch() -> None:
     # back to 1 − |cos| < 5e-3 (the median); an input whose weight r_i·E[σ⁽³⁾] is small
     # can be missed, so the test asks for the median, and that the method beats chance
     # (random directions in d = 10 have 1 − |cos| ≈ 0.75).
-    from dpaudit.reconstruction import direction_errors, tensor_inversion
+    from dpaudit.reconstruction.methods import direction_errors, tensor_inversion
 
     errors = []
     for seed in range(3):
@@ -303,7 +303,7 @@ def test_tensor_method_recovers_directions_of_a_planted_batch() -> None:
 
 
 def test_tensor_method_refuses_what_it_cannot_do() -> None:
-    from dpaudit.reconstruction import tensor_inversion
+    from dpaudit.reconstruction.methods import tensor_inversion
 
     deep = Network.random((10, 4, 4, 1))
     with pytest.raises(DpauditError, match="two-layer network with a scalar output"):

@@ -19,14 +19,11 @@ from scipy import optimize, stats
 from typer.testing import CliRunner
 
 from dpaudit.audit import run_audit
+from dpaudit.bounds import identification_epsilon_lower_bound
 from dpaudit.cli import app
 from dpaudit.errors import ConfigError, DpauditError
-from dpaudit.reconstruction import (
-    identification_epsilon_lower_bound,
-    identification_success_bound,
-    play_identification,
-)
-from dpaudit.theory import gdp_epsilon
+from dpaudit.reconstruction.methods import play_identification
+from dpaudit.theory import gdp_epsilon, identification_success_bound
 
 runner = CliRunner()
 

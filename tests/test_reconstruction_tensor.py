@@ -14,7 +14,7 @@ import pytest
 
 from dpaudit.audit import run_audit
 from dpaudit.errors import ConfigError, DpauditError
-from dpaudit.reconstruction import (
+from dpaudit.reconstruction.methods import (
     Defence,
     direction_nrmse,
     fit_scaling,

@@ -21,10 +21,10 @@ import torch
 from dpaudit.audit import run_audit, run_context
 from dpaudit.config import load_config
 from dpaudit.errors import ConfigError, DataError, DpauditError
-from dpaudit.kinds.membership import RECIPE_NOTE, byo_spec
+from dpaudit.membership.brought import LoadedTarget, byo_unit, byo_units, load_byo_data, load_target
+from dpaudit.membership.kind import RECIPE_NOTE, byo_spec
 from dpaudit.models import ModelSpec
 from dpaudit.sections import ByoSpec
-from dpaudit.targets import LoadedTarget, byo_unit, byo_units, load_byo_data, load_target
 from dpaudit.training import TrainingSpec, train_many
 
 N_AUDITED, N_POPULATION, D, C = 300, 200, 6, 3

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from dpaudit.dpsgd.kind import run_dpsgd_from_section
 from dpaudit.errors import ConfigError
-from dpaudit.kinds.dpsgd import run_dpsgd_from_section
 from dpaudit.trainers import TRAINERS, get_trainer
 
 AUDITS = Path(__file__).resolve().parent.parent / "audits"

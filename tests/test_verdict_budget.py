@@ -1,4 +1,5 @@
-"""One confidence budget for the whole verdict, across audit kinds (DESIGN §2).
+"""One confidence budget for the whole verdict, across audit kinds (docs/design.md, "One
+verdict, one confidence budget").
 
 The privacy verdict says "violation" when ANY in-verdict lower bound exceeds its upper
 bound. For that statement to hold at ``confidence_level`` c, the failure probabilities

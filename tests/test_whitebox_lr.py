@@ -22,9 +22,7 @@ import pytest
 import torch
 from scipy import stats
 
-from dpaudit.errors import ConfigError, DpauditError
-from dpaudit.kinds.base import VerdictBudget
-from dpaudit.kinds.dpsgd import (
+from dpaudit.dpsgd.kind import (
     DpsgdSection,
     DpsgdSpec,
     _many_run_bounds,
@@ -32,6 +30,8 @@ from dpaudit.kinds.dpsgd import (
     dpsgd_unit,
     run_dpsgd_from_section,
 )
+from dpaudit.errors import ConfigError, DpauditError
+from dpaudit.kinds.base import VerdictBudget
 from dpaudit.models import ModelSpec
 from dpaudit.stats import clopper_pearson
 from dpaudit.trainers import canary_observer

@@ -55,7 +55,7 @@ class AttackContext:
         progress: optional callback ``(done, total)`` for long attacks.
         train_references: optional ``(X, y, membership, seed) -> models`` that trains the
             shadow / reference models instead of ``model`` and ``training`` (a brought
-            target's references trained like it, :mod:`dpaudit.targets`): ``membership``
+            target's references trained like it, :mod:`dpaudit.membership.brought`): ``membership``
             is ``(K, N)`` bool, and ``models`` has ``num_models`` and ``logits(X)``
             ``(K, m, C)`` as a :class:`~dpaudit.models.ModelStack` does.
     """

@@ -1,24 +1,39 @@
 """The registry of audit kinds.
 
-A kind is one module holding its audit-file table, its work units and its summary (the
-contract is :class:`dpaudit.kinds.base.AuditKind`), plus one line below. The audit-file
-schema, ``dpaudit init --kind`` and every "valid kinds" message read this registry.
+A kind is an :class:`~dpaudit.kinds.base.AuditKind` (the contract, in
+:mod:`dpaudit.kinds.base`) registered under its name. The built-in kinds live in their
+families' packages and are named here by module path, imported on first use, so that
+loading an audit file imports only the kinds it asks for. A user's kind is one module and
+one :func:`register_kind` line. The audit-file schema, ``dpaudit init --kind`` and every
+"valid kinds" message read this registry.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from dpaudit.errors import ConfigError
-from dpaudit.kinds import attribute, dpsgd, local_central, mechanism, membership, reconstruction
 from dpaudit.kinds.base import AuditKind
+
+#: Built-in kind name → the module whose ``KIND`` it is (registration order).
+_BUILTINS: dict[str, str] = {
+    "mechanism": "dpaudit.mechanisms.kind",
+    "membership": "dpaudit.membership.kind",
+    "attribute": "dpaudit.membership.attribute",
+    "dpsgd": "dpaudit.dpsgd.kind",
+    "reconstruction": "dpaudit.reconstruction.kind",
+    "local-central": "dpaudit.local_central.kind",
+}
 
 _REGISTRY: dict[str, AuditKind[Any]] = {}
 
 
 def register_kind(kind: AuditKind[Any]) -> AuditKind[Any]:
     """Add ``kind`` under ``kind.name`` (a name can be registered once)."""
-    if kind.name in _REGISTRY:
+    if kind.name in _REGISTRY or (
+        kind.name in _BUILTINS and type(kind).__module__ != _BUILTINS[kind.name]
+    ):
         raise ConfigError(f"an audit kind named {kind.name!r} is already registered")
     _REGISTRY[kind.name] = kind
     return kind
@@ -26,24 +41,19 @@ def register_kind(kind: AuditKind[Any]) -> AuditKind[Any]:
 
 def get_kind(name: str) -> AuditKind[Any]:
     """The registered kind ``name``; an unknown name lists the valid ones."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ConfigError(
-            f"unknown audit kind {name!r}; valid kinds: {', '.join(kind_names())}"
-        ) from None
+    kind = _REGISTRY.get(name)
+    if kind is not None:
+        return kind
+    module = _BUILTINS.get(name)
+    if module is None:
+        raise ConfigError(f"unknown audit kind {name!r}; valid kinds: {', '.join(kind_names())}")
+    builtin: AuditKind[Any] = importlib.import_module(module).KIND
+    return register_kind(builtin)
 
 
 def kind_names() -> tuple[str, ...]:
-    """The registered kinds, in registration order."""
-    return tuple(_REGISTRY)
+    """The built-in kinds, then the user kinds in registration order."""
+    return (*_BUILTINS, *(name for name in _REGISTRY if name not in _BUILTINS))
 
-
-register_kind(mechanism.KIND)
-register_kind(membership.KIND)
-register_kind(attribute.KIND)
-register_kind(dpsgd.KIND)
-register_kind(reconstruction.KIND)
-register_kind(local_central.KIND)
 
 __all__ = ["AuditKind", "get_kind", "kind_names", "register_kind"]

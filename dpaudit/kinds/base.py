@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 import numpy as np
 
 from dpaudit.errors import ConfigError
+from dpaudit.plugins import file_digest
 from dpaudit.sections import (
     DataSection,
     ModelSection,
@@ -224,18 +225,6 @@ def stream_seed(seed: int, *purpose: int) -> int:
     return int(np.random.SeedSequence([seed, *purpose]).generate_state(1)[0])
 
 
-def file_digest(path: Path) -> str | None:
-    """SHA-256 of a file's bytes (``None`` when it is not a file): part of a unit key, so
-    that a changed data file or plug-in never reuses units computed from the old one."""
-    if not path.is_file():
-        return None
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def dataset_digest(dataset: str, base_dir: Path) -> str | None:
     """The digest of a ``csv:``/``parquet:`` dataset's file; built-in datasets have none
     (they come with an installed package, whose version provenance records)."""
@@ -244,29 +233,3 @@ def dataset_digest(dataset: str, base_dir: Path) -> str | None:
         return None
     path = Path(rest).expanduser()
     return file_digest(path if path.is_absolute() else base_dir / path)
-
-
-def plugin_digest(spec: str, context: RunContext) -> str | None:
-    """The digest of the module file behind a ``"pkg.module:function"`` plug-in.
-
-    Plug-ins resolve next to the audit file first (it is put on ``sys.path`` when they
-    load); the module is located, not imported.
-    """
-    import importlib.util
-    import sys
-
-    module = spec.partition(":")[0]
-    folder = str(context.base_dir)
-    added = folder not in sys.path
-    if added:
-        sys.path.insert(0, folder)
-    try:
-        found = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        found = None
-    finally:
-        if added:
-            sys.path.remove(folder)
-    if found is None or found.origin is None:
-        return None
-    return file_digest(Path(found.origin))

@@ -1,4 +1,5 @@
-"""The training engine: K models at once, plain SGD or DP-SGD (DESIGN.md §5).
+"""The training engine: K models at once, plain SGD or DP-SGD (docs/architecture.md,
+"The training engine").
 
 ``train_many`` trains logistic-regression / MLP stacks with the closed-form fast path;
 ``train_many_module`` trains copies of any per-example ``torch.nn.Module`` through

@@ -1,8 +1,9 @@
-"""Train a run's chunks of models in worker processes (DESIGN.md §5, issue #18).
+"""Train a run's chunks of models in worker processes (docs/architecture.md, "The
+training engine"; measurements in benchmarks/RESULTS.md).
 
 K models are embarrassingly parallel, and the engine's steps are many small operations
 that intra-op threads speed up little (under contention two threads fell to 0.9 to
-16 GFLOP/s against 50 to 108 for one, issue #18). So :func:`train_in_processes` hands
+16 GFLOP/s against 50 to 108 for one; benchmarks/RESULTS.md). So :func:`train_in_processes` hands
 the run's chunks of models to worker processes, one intra-op thread each.
 
 Bit for bit the same models as one process. The engine trains a run in contiguous

@@ -30,41 +30,22 @@ any score of the user's choice (valid for any score; a weak one gives a weak bou
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dpaudit.errors import ConfigError, DpauditError, check_choice
+from dpaudit.plugins import load_plugin
+from dpaudit.upper_bounds import Claim
 
 if TYPE_CHECKING:  # loaded where used: validating a file stays fast
     pass
 
 MechanismFn = Callable[..., Any]
-
-
-@dataclass(frozen=True)
-class Claim:
-    """The privacy a mechanism or trainer claims: (ε, δ)-DP and/or μ-GDP, or ρ-zCDP.
-
-    A ρ-zCDP claim (``rho``, alone) is held as (ρ + 2√(ρ ln(1/δ)), δ)-DP at the audit's δ
-    (Bun, Steinke 2016, Prop. 1.3) and implies no μ-GDP bound
-    (:func:`dpaudit.upper_bounds.from_claim`).
-    """
-
-    epsilon: float | None = None
-    delta: float = 0.0
-    mu: float | None = None
-    rho: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"epsilon": self.epsilon, "delta": self.delta, "mu": self.mu}
-        if self.rho is not None:
-            out["rho"] = self.rho
-        return out
 
 
 @dataclass(frozen=True)
@@ -365,32 +346,13 @@ def gaussian_calibrated(
 GAUSSIAN_CALIBRATIONS = ("classic", "exact")
 
 
-def load_callable(spec: str, *, what: str = "mechanism") -> MechanismFn:
-    """Import ``"pkg.module:function"``; a bad spec is a one-line :class:`ConfigError`."""
-    if not isinstance(spec, str) or spec.count(":") != 1:
-        raise ConfigError(
-            f"A user {what} must be given as 'pkg.module:function'. Got {spec!r} instead."
-        )
-    module_name, attr = spec.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(
-            f"Cannot import module {module_name!r} for {what} {spec!r}: {exc}. Is it installed "
-            "or on PYTHONPATH (the audit file's folder is added automatically)?"
-        ) from None
-    fn = getattr(module, attr, None)
-    if fn is None or not callable(fn):
-        raise ConfigError(f"Module {module_name!r} has no callable {attr!r} (from {spec!r}).")
-    return fn
-
-
 def user_mechanism(
     spec: str,
     *,
     data: tuple[Any, Any],
     log_density: str | None = None,
     score: str | None = None,
+    base_dir: str | Path | None = None,
 ) -> Mechanism:
     """Wrap a user callable following the module docstring's protocol.
 
@@ -400,6 +362,8 @@ def user_mechanism(
         log_density: ``"pkg.module:function"`` giving log p(y | data): outputs are then
             scored by the exact log-likelihood ratio.
         score: ``"pkg.module:function"`` mapping outputs to scores (larger = D').
+        base_dir: the audit file's folder, where plug-ins are also searched
+            (:func:`dpaudit.plugins.load_plugin`).
 
     Raises:
         ConfigError: both ``log_density`` and ``score`` are given.
@@ -408,10 +372,14 @@ def user_mechanism(
     """
     if log_density is not None and score is not None:
         raise ConfigError("Give 'log_density' or 'score' for a user mechanism, not both.")
-    fn = load_callable(spec)
+    fn = load_plugin(spec, base_dir=base_dir)
     inputs = (np.asarray(data[0]), np.asarray(data[1]))
-    density = None if log_density is None else load_callable(log_density, what="log density")
-    scorer = None if score is None else load_callable(score, what="score")
+    density = (
+        None
+        if log_density is None
+        else load_plugin(log_density, base_dir=base_dir, what="log density")
+    )
+    scorer = None if score is None else load_plugin(score, base_dir=base_dir, what="score")
 
     def to_scores(outputs: np.ndarray) -> np.ndarray:
         if density is not None:

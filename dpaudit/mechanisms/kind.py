@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import sys
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
@@ -25,13 +24,13 @@ from dpaudit.kinds.base import (
     RunContext,
     UnitPlan,
     null_result_warning,
-    plugin_digest,
     unit_index,
 )
+from dpaudit.plugins import plugin_digest
 from dpaudit.sections import ClaimSection, Positive, Table
 
 if TYPE_CHECKING:  # loaded where used: validating a file stays fast
-    from dpaudit.mechanisms import Mechanism
+    from dpaudit.mechanisms.noise import Mechanism
     from dpaudit.upper_bounds import UpperBound
 
 BUILTIN_MECHANISMS = (
@@ -239,7 +238,7 @@ def _local_pair(m: MechanismSection) -> tuple[Vectors, int]:
 
 def _gaussian_sigma(m: MechanismSection, sensitivity: float) -> tuple[float, dict | None]:
     """σ of a Gaussian mechanism: given, from μ, or calibrated to (ε, δ)."""
-    from dpaudit.mechanisms import gaussian_calibrated
+    from dpaudit.mechanisms.noise import gaussian_calibrated
 
     if m.sigma is not None:
         return m.sigma, None
@@ -258,7 +257,7 @@ def _gaussian_sigma(m: MechanismSection, sensitivity: float) -> tuple[float, dic
 
 def build_mechanism(m: MechanismSection, base_dir: str) -> Mechanism:
     """The mechanism of ``[mechanism]`` with the noise it runs with."""
-    from dpaudit.mechanisms import (
+    from dpaudit.mechanisms.noise import (
         gaussian,
         k_randomized_response,
         laplace,
@@ -309,11 +308,10 @@ def build_mechanism(m: MechanismSection, base_dir: str) -> Mechanism:
         return unary_encoding(
             k=m.k, epsilon=m.epsilon, variant=m.variant or "optimised", values=m.values or (0, 1)
         )
-    # User plug-ins next to the audit file import without installing them.
-    if base_dir not in sys.path:
-        sys.path.insert(0, base_dir)
     data = m.data if m.data is not None else ([0.0], [m.sensitivity])
-    return user_mechanism(m.name, data=data, log_density=m.log_density, score=m.score)
+    return user_mechanism(
+        m.name, data=data, log_density=m.log_density, score=m.score, base_dir=base_dir
+    )
 
 
 def mechanism_unit(spec: MechanismSpec, unit: str) -> dict[str, np.ndarray]:
@@ -329,7 +327,7 @@ def mechanism_unit(spec: MechanismSpec, unit: str) -> dict[str, np.ndarray]:
 
 
 def _upper(m: MechanismSection, mech: Mechanism, delta: float) -> UpperBound:
-    from dpaudit.mechanisms import Claim, theoretical_claim
+    from dpaudit.mechanisms.noise import Claim, theoretical_claim
     from dpaudit.theory import zcdp_to_dp
     from dpaudit.upper_bounds import from_claim
 
@@ -389,12 +387,12 @@ class MechanismKind(AuditKind[MechanismSection]):
             key_data={
                 **spec.model_dump(mode="json", exclude={"base_dir"}),
                 # a user mechanism's code is part of what its units are
-                "mechanism_file": plugin_digest(section.name, context)
+                "mechanism_file": plugin_digest(section.name, base_dir=context.base_dir)
                 if ":" in section.name
                 else None,
                 # ... and so is the code that scores its outputs
                 **{
-                    f"{key}_file": plugin_digest(getattr(section, key), context)
+                    f"{key}_file": plugin_digest(getattr(section, key), base_dir=context.base_dir)
                     for key in ("log_density", "score")
                     if getattr(section, key) is not None
                 },
@@ -410,7 +408,7 @@ class MechanismKind(AuditKind[MechanismSection]):
         self, section: MechanismSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
         from dpaudit.bounds import epsilon_and_mu_lower_bounds
-        from dpaudit.mechanisms import Claim
+        from dpaudit.mechanisms.noise import Claim
         from dpaudit.results import Comparison, gdp_implied_comparison, score_summary, theory_curves
 
         parts = [outputs[u] for u in sorted(outputs)]
@@ -433,15 +431,20 @@ class MechanismKind(AuditKind[MechanismSection]):
         source = upper.source
         comparisons = [
             Comparison(
-                label, "epsilon", eps_lb, upper.epsilon, f"{source} ε", upper.epsilon_finite
+                test=label,
+                parameter="epsilon",
+                lower=eps_lb,
+                upper=upper.epsilon,
+                upper_source=f"{source} ε",
+                in_verdict=upper.epsilon_finite,
             ),
             Comparison(
-                label,
-                "mu",
-                mu_lb,
-                upper.mu,
-                f"{source} μ" if upper.mu is not None else "none",
-                upper.mu_finite,
+                test=label,
+                parameter="mu",
+                lower=mu_lb,
+                upper=upper.mu,
+                upper_source=f"{source} μ" if upper.mu is not None else "none",
+                in_verdict=upper.mu_finite,
             ),
         ]
         claim = Claim(**upper.detail["claim"])

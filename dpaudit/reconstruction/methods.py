@@ -6,7 +6,7 @@ defended) gradient of one batch of B examples; it reconstructs the inputs.
 
 Networks are small MLPs ``f(x) = W_L σ(… σ(W_1 x + b_1) …) + b_L`` on 8×8 digit images
 (pixels in [0, 1]); a scalar output is trained with the squared loss ½(f − y)², more
-outputs with cross-entropy. The two-layer network of the tracker issue is
+outputs with cross-entropy. The two-layer network of the tensor method (Wang, Lee, Lei 2023) is
 ``f(x) = Σ_j a_j σ(w_jᵀx + b_j)`` (``sizes = (64, m, 1)``).
 
 **Why B = 1 gives the input away.** For the first layer, ∂ℓ/∂w_j = c_j x with
@@ -55,7 +55,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from scipy import stats as sps
 
-from dpaudit.bounds import EpsilonBound
 from dpaudit.errors import DpauditError, check_choice, check_in_interval
 from dpaudit.stats import ConfidenceInterval, check_confidence_level, clopper_pearson
 
@@ -73,8 +72,6 @@ __all__ = [
     "defended_gradient",
     "direction_nrmse",
     "fit_scaling",
-    "identification_epsilon_lower_bound",
-    "identification_success_bound",
     "infer_labels",
     "invert_gradient",
     "lecture_complexity",
@@ -1056,100 +1053,6 @@ def summarise_errors(
 
 
 # ------------------------------------------------------------ the identification game
-
-
-def identification_success_bound(*, epsilon: float, delta: float, candidates: int) -> float:
-    """Largest success probability of any attacker in the k-candidate identification game.
-
-    The game: D_1, …, D_k differ only in one record (the target, candidate i in D_i);
-    I is uniform on {1..k}, the attacker sees M(D_I) and names Î. If M is (ε, δ)-DP
-    for replace-one neighbours, then P[Î = I] ≤ (e^ε + (k − 1)δ)/(e^ε + k − 1).
-
-    Proof. Let p_i = P[A(M(D_i)) = i] and, for j ≠ i, q_ji = P[A(M(D_j)) = i]. D_i and
-    D_j are neighbours and {A = i} is an event, so p_i ≤ e^ε q_ji + δ. Summing over the
-    k − 1 values j ≠ i and then over i:
-        (k − 1) Σ_i p_i ≤ e^ε Σ_i Σ_{j≠i} q_ji + k(k − 1)δ.
-    Swapping the sums, Σ_i Σ_{j≠i} q_ji = Σ_j P[A(M(D_j)) ≠ j] ≤ Σ_j (1 − p_j) = k − S
-    with S = Σ_i p_i (≤ because an attacker may also abstain). Hence
-    (k − 1)S ≤ e^ε(k − S) + k(k − 1)δ, i.e. S(e^ε + k − 1) ≤ k e^ε + k(k − 1)δ, and
-    P[Î = I] = S/k ≤ (e^ε + (k − 1)δ)/(e^ε + k − 1). At ε = δ = 0 this is 1/k, blind
-    guessing; k-ary randomised response (truth with probability e^ε/(e^ε + k − 1)) is
-    ε-DP and meets it with equality, so it cannot be improved at δ = 0.
-    """
-    k = _check_candidates(candidates)
-    eps = check_in_interval("epsilon", epsilon, 0.0, math.inf)
-    d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)
-    if math.isinf(eps):
-        return 1.0
-    # Divide through by e^ε to stay finite for large ε.
-    return (1.0 + (k - 1) * d * math.exp(-eps)) / (1.0 + (k - 1) * math.exp(-eps))
-
-
-def identification_epsilon_lower_bound(
-    correct: int,
-    trials: int,
-    *,
-    candidates: int,
-    delta: float,
-    confidence_level: float = 0.95,
-) -> EpsilonBound:
-    """ε lower bound from ``correct`` identifications in ``trials`` independent games.
-
-    Inverting :func:`identification_success_bound`: p ≤ (e^ε + (k − 1)δ)/(e^ε + k − 1)
-    ⇔ e^ε(1 − p) ≥ (k − 1)(p − δ) ⇔ ε ≥ ln((k − 1)(p − δ)/(1 − p)), whose right side
-    increases in p. So with p̂ the one-sided Clopper–Pearson LOWER limit on the success
-    rate at level c (P[p ≥ p̂] ≥ c), ε ≥ ln((k − 1)(p̂ − δ)/(1 − p̂)) holds with
-    probability ≥ c; floored at 0 (a non-positive argument says nothing). Independent
-    trials whose success probabilities p_t differ (fresh candidates, fresh models) are
-    each ≤ the bound, so their count is stochastically below Bin(n, bound): the limit
-    stays valid. p̂ = 1 (n = 0 failures never gives it) cannot occur.
-
-    Args:
-        correct: games the attacker won.
-        trials: independent games played.
-        candidates: k ≥ 2.
-        delta: δ of the (ε, δ) statement.
-        confidence_level: c; in a verdict, the share the budget gives this bound.
-
-    Returns:
-        :class:`~dpaudit.bounds.EpsilonBound` (method ``clopper-pearson-identification``,
-        validity ``rigorous-multi-run``); ``details`` holds p̂, the point estimate and
-        chance 1/k.
-
-    Example:
-        k = 10, 60 of 100 correct, δ = 0, c = 0.95: p̂ = 0.5129, ε ≥ ln(9·0.5129/0.4871)
-        = 2.2487.
-    """
-    k = _check_candidates(candidates)
-    d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)
-    c = check_confidence_level(confidence_level)
-    ci = clopper_pearson(correct, trials, confidence_level=c, alternative="greater")
-    p_low = ci.low
-    value = 0.0
-    if p_low > d and p_low < 1.0:
-        value = max(0.0, math.log((k - 1) * (p_low - d) / (1.0 - p_low)))
-    return EpsilonBound(
-        value=float(value),
-        confidence_level=c,
-        delta=d,
-        method="clopper-pearson-identification",
-        threshold="nearest-candidate",
-        validity="rigorous-multi-run",
-        counts={"correct": int(correct), "trials": int(trials), "candidates": k},
-        details={
-            "success_rate": correct / trials,
-            "success_rate_lower": p_low,
-            "chance": 1.0 / k,
-        },
-    )
-
-
-def _check_candidates(candidates: int) -> int:
-    if isinstance(candidates, bool) or not isinstance(candidates, int | np.integer):
-        raise DpauditError(f"The 'candidates' parameter must be an integer. Got {candidates!r}.")
-    if candidates < 2:
-        raise DpauditError(f"The 'candidates' parameter must be at least 2. Got {candidates}.")
-    return int(candidates)
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,10 @@ For each ε of ``epsilons``: the error of the local estimator (every record rand
 then the randomiser inverted) and of the central Laplace mechanism, closed form and
 simulated over ``repeats`` releases, their ratio, and the empirical ε lower bound of each
 randomiser, measured as the ``mechanism`` kind measures one: ``trials`` runs of the
-:mod:`dpaudit.mechanisms` randomiser on two neighbouring inputs, then
+:mod:`dpaudit.mechanisms.noise` randomiser on two neighbouring inputs, then
 :func:`dpaudit.bounds.epsilon_lower_bound` (δ = 0, the verdict's per-comparison level).
 Both ε lower bounds enter the verdict against the ε the randomiser runs with. The math is
-in :mod:`dpaudit.local_central`.
+in :mod:`dpaudit.local_central.simulate`.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class LocalCentralSection(Table):
         return self
 
     def counts(self) -> np.ndarray:
-        from dpaudit.local_central import true_counts
+        from dpaudit.local_central.simulate import true_counts
 
         return true_counts(
             query=self.query,
@@ -88,7 +88,7 @@ class LocalCentralSpec(Table):
 
 def local_central_unit(spec: LocalCentralSpec, unit: str) -> dict[str, np.ndarray]:
     """One ε: the errors of ``repeats`` releases and ``trials`` runs of each randomiser."""
-    from dpaudit.local_central import central_mechanism, local_randomiser, simulate_errors
+    from dpaudit.local_central.simulate import central_mechanism, local_randomiser, simulate_errors
 
     s = spec.section
     i = unit_index(unit)
@@ -135,7 +135,7 @@ class LocalCentralKind(AuditKind[LocalCentralSection]):
         self, section: LocalCentralSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
         from dpaudit.bounds import epsilon_lower_bound
-        from dpaudit.local_central import (
+        from dpaudit.local_central.simulate import (
             central_rmse,
             local_rmse,
             rmse_estimate,
@@ -189,7 +189,16 @@ class LocalCentralKind(AuditKind[LocalCentralSection]):
                     threshold=section.threshold,
                     seed=context.seed,
                 )
-                comparisons.append(Comparison(label, "epsilon", bound, eps, "theoretical ε", True))
+                comparisons.append(
+                    Comparison(
+                        test=label,
+                        parameter="epsilon",
+                        lower=bound,
+                        upper=eps,
+                        upper_source="theoretical ε",
+                        in_verdict=True,
+                    )
+                )
                 row[side]["epsilon_lower"] = bound.value
                 row[side]["label"] = label
                 tests.append(

@@ -46,15 +46,17 @@ from dpaudit.bounds import (
     epsilon_lower_bound,
     mu_lower_bound,
     one_run_epsilon_lower_bound,
+    one_run_guesses,
 )
 from dpaudit.data import Dataset, split_dataset
 from dpaudit.errors import DataError, DpauditError, InsufficientTrialsError, check_in_interval
 from dpaudit.models import ModelStack
 from dpaudit.stats import ConfidenceInterval, check_confidence_level, clopper_pearson
+from dpaudit.theory import dp_attribute_advantage_bound
 from dpaudit.tradeoff import MembershipMetrics, membership_metrics
 
 if TYPE_CHECKING:
-    from dpaudit.input_perturbation import InputPerturbation
+    from dpaudit.membership.input_perturbation import InputPerturbation
     from dpaudit.models import ModelSpec
     from dpaudit.records import DPSGDRecord
     from dpaudit.training import TrainingSpec, TrainResult
@@ -70,7 +72,6 @@ __all__ = [
     "attribute_result",
     "audit_attribute",
     "audit_membership",
-    "dp_attribute_advantage_bound",
     "fair_coins",
     "guess_attributes",
     "one_run_bound",
@@ -106,7 +107,7 @@ class AuditedTarget:
         model: the architecture; training: the recipe; seed: the seed.
         seconds: training time.
         perturbation: for the input-perturbation variant, the randomisers' parameters as
-            they ran (:func:`dpaudit.input_perturbation.randomise`); else ``None``.
+            they ran (:func:`dpaudit.membership.input_perturbation.randomise`); else ``None``.
     """
 
     dataset: Dataset
@@ -186,7 +187,7 @@ def prepare_target(
     """Draw the audited pool, toss a fair coin per row, and train the target on the winners.
 
     With ``input_perturbation`` the game is replace-one (see
-    :mod:`dpaudit.input_perturbation`): every audited slot holds its row when the coin
+    :mod:`dpaudit.membership.input_perturbation`): every audited slot holds its row when the coin
     says "member", else a substitute population row drawn for that slot independently of
     the coins; the m slots are randomised once and the target trains on all of them.
 
@@ -278,7 +279,7 @@ def _randomised_slots(
     (with replacement when the population is smaller than m), so flipping one coin is a
     replace-one change of one slot.
     """
-    from dpaudit.input_perturbation import randomise
+    from dpaudit.membership.input_perturbation import randomise
 
     if population.size == 0:
         raise DataError(
@@ -460,21 +461,16 @@ def one_run_bound(
     Guess "member" for the ``guesses_per_side`` highest scores and "non-member" for as many
     lowest ones, abstain on the rest, and count the correct guesses. Valid because every
     audited row was included by an independent fair coin and the scores never saw the
-    coins. Ties in the score order are broken by row index, which is independent of the
-    coins.
+    coins. The guessing rule, ties included, is :func:`dpaudit.bounds.one_run_guesses`.
 
     References:
         Steinke, Nasr, Jagielski (2023), "Privacy Auditing with One (1) Training Run",
         NeurIPS, Algorithm 1 (guess on the top k+ and bottom k− scores) and Theorem 3.1.
     """
-    m = scores.size
-    k = min(guesses_per_side, m // 2)
-    order = np.argsort(-scores, kind="stable")
-    top, bottom = order[:k], order[m - k :] if k else order[:0]
-    correct = int(membership[top].sum() + (~membership[bottom]).sum())
+    guesses, correct = one_run_guesses(scores, membership, guesses_per_side=guesses_per_side)
     return one_run_epsilon_lower_bound(
-        canaries=m,
-        guesses=2 * k,
+        canaries=scores.size,
+        guesses=guesses,
         correct=correct,
         delta=delta,
         confidence_level=confidence_level,
@@ -696,7 +692,7 @@ def _summarise(
     )
     notes: list[str] = []
     # Rows share one trained model, so their outcomes are not independent trials: the
-    # Clopper–Pearson bounds below are descriptive only ("heuristic"; DESIGN.md §1).
+    # Clopper–Pearson bounds below are descriptive only ("heuristic"; docs/design.md, "Validity labels").
     try:
         eps = epsilon_lower_bound(
             negatives,
@@ -752,37 +748,6 @@ def _stage(progress: Progress | None, stage: str) -> Callable[[int, int], None] 
 
 
 # -------------------------------------------------------------------------- attribute
-
-
-def dp_attribute_advantage_bound(epsilon: float, delta: float) -> dict[str, float]:
-    """Largest attribute advantage an (ε, δ)-DP training algorithm allows.
-
-    For a record z and the guess event E = "the attacker recovers z's sensitive value",
-    (ε, δ)-DP between the training set with z and without it (add/remove neighbours: with
-    fair-coin membership, a non-member's target is exactly the member's target without
-    it) gives, for the accuracies a_in = P[E | z in], a_out = P[E | z out], averaged over
-    records:
-
-        a_in ≤ e^ε·a_out + δ                       (DP applied to E)
-        1 − a_in ≥ e^{−ε}·(1 − a_out − δ)          (DP applied to the complement of E)
-
-    so the advantage a_in − a_out is at most min((e^ε − 1)·a_out + δ,
-    (1 − e^{−ε})·(1 − a_out) + e^{−ε}·δ). The first term grows and the second shrinks with
-    a_out; they meet at a_out = (1 − δ)/(e^ε + 1), where the advantage is
-
-        (e^ε − 1 + 2δ) / (e^ε + 1)      ("region", tight for the (ε, δ) region),
-
-    and the cruder first term alone gives Yeom et al.'s e^ε − 1 (plus δ; "yeom").
-
-    References:
-        Yeom, Giacomelli, Fredrikson, Jha (2018), IEEE CSF, attribute-inference section
-        (the attribute advantage of an ε-DP algorithm is at most e^ε − 1, by the same
-        argument as their Theorem 1 for membership); Kairouz, Oh, Viswanath (2015), "The
-        Composition Theorem for Differential Privacy", ICML, Theorem 2.1 (the (ε, δ)
-        region, whose extreme point gives the "region" value).
-    """
-    e = math.exp(epsilon)
-    return {"yeom": e - 1.0 + delta, "region": min(1.0, (e - 1.0 + 2.0 * delta) / (e + 1.0))}
 
 
 @dataclass(frozen=True, repr=False)

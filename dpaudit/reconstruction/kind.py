@@ -16,7 +16,7 @@ undefended attack on a grid of B and m and fits the error's slopes in log B and 
 
 ``[reconstruction.game]`` adds the k-candidate identification game against DP-SGD on one
 example: its success count gives a rigorous ε lower bound
-(:func:`dpaudit.reconstruction.identification_epsilon_lower_bound`), held against the
+(:func:`dpaudit.bounds.identification_epsilon_lower_bound`), held against the
 accountant's ε for the σ the implementation REPORTS (``claimed_noise_multiplier``,
 default the σ that runs). The game's neighbours replace one record, whose clipped
 gradient may move by 2C: one Gaussian step with noise σC is then exactly (2/σ)-GDP, the
@@ -46,7 +46,7 @@ from dpaudit.kinds.base import (
 from dpaudit.sections import Positive, Table
 
 if TYPE_CHECKING:  # scipy, torch and sklearn load when units run or summarise, not with the file
-    from dpaudit.reconstruction import Defence, Network
+    from dpaudit.reconstruction.methods import Defence, Network
     from dpaudit.results import Comparison, TestSummary
     from dpaudit.upper_bounds import UpperBound
 
@@ -192,7 +192,7 @@ class ReconstructionSpec(Table):
 
 
 def _network(spec: ReconstructionSpec, hidden: list[int] | None = None, seed: int = 0) -> Network:
-    from dpaudit.reconstruction import Network
+    from dpaudit.reconstruction.methods import Network
 
     s = spec.section
     return Network.random(
@@ -204,7 +204,7 @@ def _network(spec: ReconstructionSpec, hidden: list[int] | None = None, seed: in
 
 
 def _defence(table: DefenceTable) -> Defence:
-    from dpaudit.reconstruction import Defence
+    from dpaudit.reconstruction.methods import Defence
 
     return Defence(**table.model_dump())
 
@@ -220,7 +220,7 @@ def _attack(
     attack_seed: int,
 ) -> dict[str, np.ndarray]:
     """Defend the batch's gradient and attack it; the arrays a unit stores."""
-    from dpaudit.reconstruction import (
+    from dpaudit.reconstruction.methods import (
         analytic_inversion,
         infer_labels,
         invert_gradient,
@@ -271,7 +271,7 @@ def _labels(spec: ReconstructionSpec, digits: np.ndarray) -> np.ndarray:
 
 def inversion_unit(spec: ReconstructionSpec, unit: str) -> dict[str, np.ndarray]:
     """Draw batch ``b`` (the same for every defence), defend its gradient, invert it."""
-    from dpaudit.reconstruction import load_digits_images
+    from dpaudit.reconstruction.methods import load_digits_images
 
     s = spec.section
     which = int(unit.split("-")[1][1:])
@@ -301,7 +301,7 @@ def inversion_unit(spec: ReconstructionSpec, unit: str) -> dict[str, np.ndarray]
 
 def scaling_unit(spec: ReconstructionSpec, unit: str) -> dict[str, np.ndarray]:
     """Cell j = (B, m) of the scaling grid, batch b: a fresh width-m network, no defence."""
-    from dpaudit.reconstruction import Defence, load_digits_images
+    from dpaudit.reconstruction.methods import Defence, load_digits_images
 
     scaling = spec.section.scaling
     assert scaling is not None  # planned only with a [reconstruction.scaling] table
@@ -328,7 +328,7 @@ def scaling_unit(spec: ReconstructionSpec, unit: str) -> dict[str, np.ndarray]:
 
 def game_unit(spec: ReconstructionSpec, unit: str) -> dict[str, np.ndarray]:
     """One chunk of identification games (independent of every other chunk)."""
-    from dpaudit.reconstruction import play_identification
+    from dpaudit.reconstruction.methods import play_identification
 
     game = spec.section.game
     assert game is not None  # planned only with a [reconstruction.game] table
@@ -388,7 +388,7 @@ def _scored(
 ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
     """Per batch: matched errors, PSNRs, the errors against the NEXT batch's inputs (the
     negatives of the score test), and the matching."""
-    from dpaudit.reconstruction import best_multiple, direction_nrmse, matched_errors, psnr
+    from dpaudit.reconstruction.methods import best_multiple, direction_nrmse, matched_errors, psnr
 
     tensor = section.attack == "tensor"
     errors, psnrs, wrong, matches = [], [], [], []
@@ -413,7 +413,7 @@ def _complexity(
     section: ReconstructionSection, defence: Defence, parts: list[Mapping[str, np.ndarray]]
 ) -> dict[str, object]:
     """The lecture's complexity of the row at the run's B, d, m (two-layer networks only)."""
-    from dpaudit.reconstruction import lecture_complexity
+    from dpaudit.reconstruction.methods import lecture_complexity
 
     if len(section.hidden) != 1:
         return {"formula": "the table covers two-layer networks", "value": None}
@@ -495,7 +495,7 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
         *,
         level: float,
     ) -> KindSummary:
-        from dpaudit.reconstruction import load_digits_images
+        from dpaudit.reconstruction.methods import load_digits_images
 
         tests = [
             self._defence_test(section, context, i, outputs) for i in range(len(section.defences))
@@ -518,7 +518,7 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
     def _defence_test(
         self, section: ReconstructionSection, context: RunContext, i: int, outputs: Outputs
     ) -> TestSummary:
-        from dpaudit.reconstruction import summarise_errors
+        from dpaudit.reconstruction.methods import summarise_errors
         from dpaudit.results import score_summary
 
         defence = _defence(section.defences[i])
@@ -569,7 +569,7 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
         self, section: ReconstructionSection, context: RunContext, outputs: Outputs
     ) -> tuple[TestSummary, list[str]]:
         from dpaudit.errors import DpauditError
-        from dpaudit.reconstruction import fit_scaling, median_interval
+        from dpaudit.reconstruction.methods import fit_scaling, median_interval
         from dpaudit.results import score_summary
 
         scaling = section.scaling
@@ -624,7 +624,7 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
     def _game(
         self, game: GameTable, context: RunContext, outputs: Outputs, level: float
     ) -> tuple[TestSummary, Comparison, list[str]]:
-        from dpaudit.reconstruction import identification_epsilon_lower_bound
+        from dpaudit.bounds import identification_epsilon_lower_bound
         from dpaudit.results import Comparison, score_summary
 
         parts = [outputs[u] for u in sorted(outputs) if u.startswith("reconstruction-game-")]
@@ -640,12 +640,12 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
             f"C={game.clipping_norm:g})"
         )
         comparison = Comparison(
-            label,
-            "epsilon",
-            bound,
-            upper.epsilon,
-            "accountant ε (replace-one: μ = 2/σ)",
-            upper.epsilon_finite,
+            test=label,
+            parameter="epsilon",
+            lower=bound,
+            upper=upper.epsilon,
+            upper_source="accountant ε (replace-one: μ = 2/σ)",
+            in_verdict=upper.epsilon_finite,
         )
         test = score_summary(
             "reconstruction-game",

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
-from dpaudit.canaries import INPUT_CANARY_KINDS
+from dpaudit.dpsgd.canaries import INPUT_CANARY_KINDS
 from dpaudit.errors import ConfigError, DataError, DpauditError
 from dpaudit.kinds.base import (
     AuditKind,
@@ -46,17 +46,18 @@ from dpaudit.kinds.base import (
     UnitPlan,
     dataset_digest,
     null_result_warning,
-    plugin_digest,
     stream_seed,
     unit_index,
 )
+from dpaudit.plugins import load_plugin, plugin_digest
+from dpaudit.records import DPSGDRecord
 from dpaudit.sections import Table, TrainingSection
 
 if TYPE_CHECKING:
     # Bounds, results and accounting load scipy: imported where a summary is made, so
     # that validating an audit file stays fast.
     from dpaudit.bounds import EpsilonBound, MuBound
-    from dpaudit.canaries import CraftedCanary
+    from dpaudit.dpsgd.canaries import CraftedCanary
     from dpaudit.executors import UnitStats
     from dpaudit.greybox import GreyBoxTest
     from dpaudit.models import ModelSpec, ModelStack
@@ -73,7 +74,6 @@ __all__ = [
     "DpsgdSection",
     "DpsgdSpec",
     "dpsgd_unit",
-    "one_run_guesses",
     "run_dpsgd_from_section",
 ]
 
@@ -120,7 +120,7 @@ class BlackBoxSection(Table):
             θ₀ shared by every model of both arms, all zeros except the decoy class's
             weight on the crafted canary's feature, far enough ahead that the canary stays
             misclassified and its clipped gradient is the same known vector in every step
-            (:func:`dpaudit.canaries.worst_case_initial_parameters`).
+            (:func:`dpaudit.dpsgd.canaries.worst_case_initial_parameters`).
         score: ``loss`` (minus the canary's loss on the final model) or ``logit-shift``:
             the final model's logit margin of the canary's label over its decoy class on
             the canary, minus the same margin on the canary with its feature set to 0,
@@ -355,7 +355,12 @@ def _load_data(s: DpsgdSection, seed: int, base_dir: str) -> tuple[np.ndarray, n
 
 @functools.lru_cache(maxsize=8)
 def _setup_cached(section_json: str, seed: int, base_dir: str) -> _Setup:
-    from dpaudit.canaries import CraftedCanary, dirac_direction, input_canary, with_zero_feature
+    from dpaudit.dpsgd.canaries import (
+        CraftedCanary,
+        dirac_direction,
+        input_canary,
+        with_zero_feature,
+    )
     from dpaudit.models import ModelSpec, layer_shapes
     from dpaudit.recipes import training_spec
 
@@ -548,7 +553,7 @@ def _worst_case_training(
     crafted: CraftedCanary, training: TrainingSpec, members: int, d: int, num_classes: int
 ) -> TrainingSpec:
     """``training`` started from the worst-case θ₀ of the crafted canary (shared by all)."""
-    from dpaudit.canaries import CraftedRun, worst_case_initial_parameters
+    from dpaudit.dpsgd.canaries import CraftedRun, worst_case_initial_parameters
     from dpaudit.recipes import sampling_plan
 
     dp = training.dp
@@ -685,16 +690,14 @@ def _logit_shift_scores(models: ModelStack, crafted: CraftedCanary) -> np.ndarra
 
 
 def _ran_arrays(out: TrainerOutput) -> dict[str, np.ndarray]:
-    from dpaudit.records import DPSGDRecord
-    from dpaudit.upper_bounds import record_arrays
 
     if out.records is not None:
         if any(not isinstance(r, DPSGDRecord) for r in out.records):
             raise ConfigError("Trainer records must be DPSGDRecord objects (DP training).")
         if out.claim is None:
-            return record_arrays(out.records)
+            return DPSGDRecord.to_arrays(out.records)
         # A claim beside the records (the Opacus adapter's stated ε): both are held.
-        return {**record_arrays(out.records), **_ran_arrays(replace(out, records=None))}
+        return {**DPSGDRecord.to_arrays(out.records), **_ran_arrays(replace(out, records=None))}
     c = out.claim
     assert c is not None  # TrainerOutput guarantees records or claim
     nan = float("nan")
@@ -771,10 +774,9 @@ def _greybox_check(test: GreyBoxTest, alpha: float) -> Check:
 
 
 def _one_run_unit(spec: DpsgdSpec) -> dict[str, np.ndarray]:
-    from dpaudit.canaries import with_zero_feature
+    from dpaudit.dpsgd.canaries import with_zero_feature
     from dpaudit.trainers import canary_observer
     from dpaudit.training import CoordinateCanaries, train_many
-    from dpaudit.upper_bounds import record_arrays
 
     s = spec.section
     one = s.one_run
@@ -816,30 +818,15 @@ def _one_run_unit(spec: DpsgdSpec) -> dict[str, np.ndarray]:
     return {
         "one_run_scores": scores,
         "one_run_included": included,
-        **record_arrays([r]),
+        **DPSGDRecord.to_arrays([r]),
     }
-
-
-def one_run_guesses(scores: np.ndarray, included: np.ndarray, guesses: int) -> tuple[int, int]:
-    """Guess "in" for the r/2 largest scores and "out" for the r/2 smallest.
-
-    Returns (guesses, correct). Ties are broken by a stable sort (index order), which does
-    not depend on the coins, so the guesses stay a function of the scores alone.
-
-    References:
-        Steinke, Nasr, Jagielski 2023, Alg. 1 (abstain on all but k₊ + k₋ canaries).
-    """
-    order = np.argsort(scores, kind="stable")
-    half = guesses // 2
-    correct = int(np.sum(~included[order[:half]]) + np.sum(included[order[-half:]]))
-    return guesses, correct
 
 
 # ----------------------------------------------------------------------- upper bounds
 
 
 def _claim_upper(parts: list[Mapping[str, np.ndarray]], delta: float) -> UpperBound:
-    from dpaudit.mechanisms import Claim
+    from dpaudit.mechanisms.noise import Claim
     from dpaudit.upper_bounds import from_claim
 
     # (ε, δ, μ, ρ) per unit; units stored before ρ claims existed hold the first three.
@@ -869,15 +856,17 @@ def _claim_upper(parts: list[Mapping[str, np.ndarray]], delta: float) -> UpperBo
 
 
 def _many_run_upper(many: list[Mapping[str, np.ndarray]], delta: float) -> UpperBound | None:
-    from dpaudit.upper_bounds import from_records, records_from_arrays
+    from dpaudit.upper_bounds import from_records
 
     if not many:
         return None
     if "claim" in many[0] and "noise_multiplier" in many[0]:
-        return _tighter(from_records(records_from_arrays(many), delta), _claim_upper(many, delta))
+        return _tighter(
+            from_records(DPSGDRecord.from_arrays(many), delta), _claim_upper(many, delta)
+        )
     if "claim" in many[0]:
         return _claim_upper(many, delta)
-    return from_records(records_from_arrays(many), delta)
+    return from_records(DPSGDRecord.from_arrays(many), delta)
 
 
 def _tighter(accountant: UpperBound, claim: UpperBound) -> UpperBound:
@@ -911,7 +900,7 @@ def _many_run_bounds(
     s: DpsgdSection, upper: UpperBound, neg: np.ndarray, pos: np.ndarray, *, level: float, seed: int
 ) -> tuple[EpsilonBound, MuBound]:
     """The ε and μ lower bounds of the two arms, each at the verdict's per-bound level."""
-    from dpaudit.bounds import epsilon_lower_bound, mu_from_rates, mu_lower_bound
+    from dpaudit.bounds import epsilon_lower_bound, mu_bound_against_bracket, mu_lower_bound
 
     eps_lb = epsilon_lower_bound(
         neg,
@@ -922,17 +911,7 @@ def _many_run_bounds(
         seed=seed,
     )
     mu_lb = mu_lower_bound(neg, pos, confidence_level=level, threshold=s.threshold, seed=seed)
-    if upper.mu_tail > 0 and mu_lb.fpr is not None and mu_lb.fnr is not None:
-        # Against a bracket with tail δ t: f_A(α) ≥ G_high(α + t) − t (MuBracket), so a
-        # test with rates (α, β) proves μ_high ≥ Φ⁻¹(1 − (α + t)) − Φ⁻¹(β + t). The
-        # lower bound held against μ_high uses the upper limits inflated by t.
-        t = upper.mu_tail
-        mu_lb = replace(
-            mu_lb,
-            value=float(mu_from_rates(mu_lb.fpr.high + t, mu_lb.fnr.high + t)),
-            details={**mu_lb.details, "bracket_tail_delta": t},
-        )
-    return eps_lb, mu_lb
+    return eps_lb, mu_bound_against_bracket(mu_lb, upper.mu_tail)
 
 
 def _many_run_test(
@@ -976,11 +955,9 @@ def _trainer_libraries(trainer: str, base_dir: Path | str) -> dict[str, dict[str
     Opacus adapter's ``{"opacus": "1.6.0"}``): provenance, and part of the units' key."""
     if ":" not in trainer:
         return {}
-    from dpaudit.mechanisms import load_callable
-    from dpaudit.trainers import get_trainer
-
-    get_trainer(trainer, base_dir=str(base_dir))  # puts the audit's folder on sys.path
-    libraries = getattr(load_callable(trainer, what="trainer"), "library_versions", None)
+    libraries = getattr(
+        load_plugin(trainer, base_dir=base_dir, what="trainer"), "library_versions", None
+    )
     return {"trainer_libraries": dict(libraries)} if libraries else {}
 
 
@@ -991,20 +968,29 @@ def _label(s: DpsgdSection) -> str:
 def _one_run_comparison(
     one: Mapping[str, np.ndarray], s: DpsgdSection, *, delta: float, level: float
 ) -> Comparison:
-    from dpaudit.bounds import one_run_epsilon_lower_bound
+    from dpaudit.bounds import one_run_epsilon_lower_bound, one_run_guesses
     from dpaudit.results import Comparison
-    from dpaudit.upper_bounds import from_records, records_from_arrays
+    from dpaudit.upper_bounds import from_records
 
     assert s.one_run is not None
     r, v = one_run_guesses(
-        one["one_run_scores"], one["one_run_included"].astype(bool), s.one_run.guesses
+        one["one_run_scores"],
+        one["one_run_included"].astype(bool),
+        guesses_per_side=s.one_run.guesses // 2,
     )
     bound = one_run_epsilon_lower_bound(
         canaries=s.one_run.canaries, guesses=r, correct=v, delta=delta, confidence_level=level
     )
-    upper = from_records(records_from_arrays([one]), delta, with_mu=False)
+    upper = from_records(DPSGDRecord.from_arrays([one]), delta, with_mu=False)
     label = f"one run, {s.one_run.canaries} dirac canaries, trainer {s.trainer}"
-    return Comparison(label, "epsilon", bound, upper.epsilon, "accountant ε", True)
+    return Comparison(
+        test=label,
+        parameter="epsilon",
+        lower=bound,
+        upper=upper.epsilon,
+        upper_source="accountant ε",
+        in_verdict=True,
+    )
 
 
 def _unit_size(s: DpsgdSection, default: int) -> int:
@@ -1045,7 +1031,7 @@ class DpsgdKind(AuditKind[DpsgdSection]):
             key_data={
                 **spec.model_dump(mode="json", exclude={"base_dir"}),
                 "data_file": dataset_digest(section.dataset, context.base_dir),
-                "trainer_file": plugin_digest(section.trainer, context)
+                "trainer_file": plugin_digest(section.trainer, base_dir=context.base_dir)
                 if ":" in section.trainer
                 else None,
                 **_trainer_libraries(section.trainer, context.base_dir),
@@ -1085,16 +1071,25 @@ class DpsgdKind(AuditKind[DpsgdSection]):
             label = _label(s)
             comparisons.append(
                 Comparison(
-                    label,
-                    "epsilon",
-                    eps_lb,
-                    upper.epsilon,
-                    f"{upper.source} ε",
-                    upper.epsilon_finite,
+                    test=label,
+                    parameter="epsilon",
+                    lower=eps_lb,
+                    upper=upper.epsilon,
+                    upper_source=f"{upper.source} ε",
+                    in_verdict=upper.epsilon_finite,
                 )
             )
             mu_source = f"{upper.source} μ" if upper.mu is not None else "none"
-            comparisons.append(Comparison(label, "mu", mu_lb, upper.mu, mu_source, upper.mu_finite))
+            comparisons.append(
+                Comparison(
+                    test=label,
+                    parameter="mu",
+                    lower=mu_lb,
+                    upper=upper.mu,
+                    upper_source=mu_source,
+                    in_verdict=upper.mu_finite,
+                )
+            )
             if mu_lb.value > 0 and upper.mu is not None and upper.mu_finite:
                 # Informational: the ε that μ_LB implies IF the trade-off curve is Gaussian
                 # ("assumes-gdp"); the white-box Dirac score of DP-GD is exactly Gaussian.

@@ -62,7 +62,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dpaudit.mechanisms import Claim, gaussian_calibrated, k_rr_probabilities
+from dpaudit.mechanisms.noise import Claim, gaussian_calibrated, k_rr_probabilities
 
 __all__ = [
     "FEATURE_RANDOMISERS",

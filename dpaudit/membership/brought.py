@@ -43,7 +43,6 @@ import importlib
 import json
 import logging
 import math
-import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -56,6 +55,7 @@ import torch
 
 from dpaudit.data import Dataset, check_file, library_reason, load_dataset, read_table
 from dpaudit.errors import ConfigError, DataError, DpauditError
+from dpaudit.plugins import load_plugin
 from dpaudit.sections import ByoSpec
 
 __all__ = [
@@ -215,20 +215,7 @@ def _from_object(obj: Any, *, output: str, description: dict[str, Any]) -> tuple
 
 
 def _import_factory(spec: str, base_dir: Path, *, key: str = "factory") -> Callable[..., Any]:
-    module_name, _, attr = spec.partition(":")
-    # User factories next to the audit file import without installing them.
-    if str(base_dir) not in sys.path:
-        sys.path.insert(0, str(base_dir))
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(
-            f"[target] {key} {spec!r}: cannot import {module_name!r}: {exc}"
-        ) from None
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise ConfigError(f"[target] {key} {spec!r}: {module_name} has no callable {attr!r}")
-    return fn
+    return load_plugin(spec, base_dir=base_dir, what=f"[target] {key}")
 
 
 # Each format's name in messages, and how such a file is written.
@@ -468,7 +455,7 @@ def preflight(spec: ByoSpec) -> None:
     estimator; a training function must import).
 
     Args:
-        spec: The brought target's spec (``dpaudit.kinds.membership.byo_spec``).
+        spec: The brought target's spec (``dpaudit.membership.kind.byo_spec``).
 
     Raises:
         DpauditError: With one line naming the file and what to do.
@@ -958,7 +945,7 @@ def _standardise(data: ByoData, X: np.ndarray) -> np.ndarray:
 def byo_unit(config: ByoSpec, unit: str) -> dict[str, np.ndarray]:
     """Score the audited rows with one attack (a pure function of config and unit)."""
     from dpaudit.attacks import AttackContext
-    from dpaudit.membership import resolve_attacks
+    from dpaudit.membership.pipeline import resolve_attacks
     from dpaudit.models import ModelSpec
 
     name = unit.rsplit("-", 1)[1]

@@ -15,8 +15,8 @@ import json
 
 import numpy as np
 
-from dpaudit.kinds import _targets
 from dpaudit.kinds.base import AuditKind, KindSummary, Outputs, RunContext, SharedTables, UnitPlan
+from dpaudit.membership import trained as _targets
 from dpaudit.sections import Table
 
 
@@ -26,7 +26,7 @@ class AttributeSection(Table):
 
 def attribute_unit(spec: _targets.TargetSpec, unit: str) -> dict[str, np.ndarray]:
     """Train one target variant and guess the sensitive attribute of its audited rows."""
-    from dpaudit.membership import guess_attributes
+    from dpaudit.membership.pipeline import guess_attributes
 
     variant = unit.split("-", 2)[2]
     dataset = _targets.load(spec)
@@ -95,7 +95,7 @@ class AttributeKind(AuditKind[AttributeSection]):
     def summarise(
         self, section: AttributeSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
-        from dpaudit.membership import AttributeGuesses, attribute_result
+        from dpaudit.membership.pipeline import AttributeGuesses, attribute_result
 
         rows = []
         data_hash = None

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from dpaudit.errors import DpauditError, check_choice
-from dpaudit.mechanisms import (
+from dpaudit.mechanisms.noise import (
     Mechanism,
     k_randomized_response,
     k_rr_probabilities,
@@ -284,7 +284,7 @@ def rmse_ratio_estimate(
 
 
 def local_randomiser(*, query: str, k: int, epsilon: float, randomiser: str = "k-rr") -> Mechanism:
-    """The local randomiser of one record, from :mod:`dpaudit.mechanisms`, on the
+    """The local randomiser of one record, from :mod:`dpaudit.mechanisms.noise`, on the
     neighbouring records 0 and 1 (binary randomised response for the mean)."""
     if query == "mean":
         p, _ = k_rr_probabilities(k=2, epsilon=_check_epsilon(epsilon))
@@ -297,7 +297,7 @@ def local_randomiser(*, query: str, k: int, epsilon: float, randomiser: str = "k
 
 def central_mechanism(counts: Any, *, query: str, epsilon: float) -> Mechanism:
     """The central Laplace mechanism on the dataset's counts and a neighbour's (one record
-    of bin 0 replaced by one of bin 1), from :mod:`dpaudit.mechanisms`.
+    of bin 0 replaced by one of bin 1), from :mod:`dpaudit.mechanisms.noise`.
 
     The mean: the count of ones, sensitivity 1, scale 1/ε. The histogram: k counts, ℓ1
     sensitivity 2, scale 2/ε, scored by the exact log-likelihood ratio.

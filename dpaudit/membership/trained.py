@@ -6,7 +6,7 @@ kind's units can train it on their own and still attack the very same model.
 
 The variants: ``plain``; ``dp`` (DP-SGD, held against the accountant's ε of its record);
 ``input-perturbation`` (each record randomised once by local randomisers, then plain
-training; held against the claim of :mod:`dpaudit.input_perturbation`, which states the
+training; held against the claim of :mod:`dpaudit.membership.input_perturbation`, which states the
 guarantee and why the membership game is then played as replace-one).
 """
 
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpaudit.kinds.base import dataset_digest
+from dpaudit.records import DPSGDRecord
 from dpaudit.sections import (
     DataSection,
     InputPerturbationSection,
@@ -31,9 +32,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from dpaudit.data import Dataset
-    from dpaudit.input_perturbation import InputPerturbation
-    from dpaudit.membership import AuditedTarget
-    from dpaudit.records import DPSGDRecord
+    from dpaudit.membership.input_perturbation import InputPerturbation
+    from dpaudit.membership.pipeline import AuditedTarget
     from dpaudit.upper_bounds import UpperBound
 
 INPUT_PERTURBATION = "input-perturbation"
@@ -82,7 +82,7 @@ def load(spec: TargetSpec) -> Dataset:
 
 def train(spec: TargetSpec, variant: str, dataset: Dataset) -> AuditedTarget:
     """Train the ``variant`` target (DP noise sized for the fair-coin winners)."""
-    from dpaudit.membership import fair_coins, prepare_target
+    from dpaudit.membership.pipeline import fair_coins, prepare_target
     from dpaudit.recipes import model_spec, training_spec
 
     members = int(fair_coins(spec.data.audited_size, seed=spec.seed).sum())
@@ -105,7 +105,7 @@ def train(spec: TargetSpec, variant: str, dataset: Dataset) -> AuditedTarget:
 
 def input_perturbation(spec: TargetSpec) -> InputPerturbation:
     """The randomisers of ``[target.input_perturbation]`` (``ValueError`` without it)."""
-    from dpaudit.input_perturbation import InputPerturbation
+    from dpaudit.membership.input_perturbation import InputPerturbation
 
     s = spec.input_perturbation
     if s is None:
@@ -154,7 +154,7 @@ def stored_upper(part: Mapping[str, np.ndarray], delta: float) -> UpperBound | N
     """The upper bound a stored target's lower bounds are held against: the accountant's
     ε of its DP-SGD record, or the input-perturbation claim when its δ is at most
     ``delta``; ``None`` otherwise."""
-    from dpaudit.mechanisms import Claim
+    from dpaudit.mechanisms.noise import Claim
     from dpaudit.upper_bounds import from_claim, from_records
 
     record = stored_record(part)
@@ -196,11 +196,10 @@ def upper_source(upper: UpperBound) -> str:
 
 def store_record(record: DPSGDRecord | None) -> dict[str, np.ndarray]:
     """The target's record as arrays (none for plain training)."""
-    from dpaudit.upper_bounds import record_arrays
 
     if record is None:
         return {}
-    arrays = record_arrays([record])
+    arrays = DPSGDRecord.to_arrays([record])
     arrays["dataset_size"] = np.array([-1 if record.dataset_size is None else record.dataset_size])
     return arrays
 
@@ -209,11 +208,9 @@ def stored_record(part: Mapping[str, np.ndarray]) -> DPSGDRecord | None:
     """The record :func:`store_record` stored, or ``None``."""
     from dataclasses import replace
 
-    from dpaudit.upper_bounds import records_from_arrays
-
     if "noise_multiplier" not in part:
         return None
-    (record,) = records_from_arrays([part])
+    (record,) = DPSGDRecord.from_arrays([part])
     size = int(part["dataset_size"][0])
     return replace(record, dataset_size=None if size < 0 else size)
 

@@ -6,7 +6,7 @@ coins, every attack's scores and the target's DP-SGD record — nothing that dep
 confidence level or δ, so changing those re-measures the same trained models. Attacks
 that read reference models (every LiRA variant and RMIA) share ONE reference set per
 unit, trained with the seed of the first of them in the list. Brought
-targets (``[target] path`` / ``factory`` / ``scores``, :mod:`dpaudit.targets`): a unit
+targets (``[target] path`` / ``factory`` / ``scores``, :mod:`dpaudit.membership.brought`): a unit
 per attack stores the scores and the user's membership; their shadow and reference
 models follow ``[target] references`` (the ``[model]`` / ``[training]`` recipe by
 default, clones of a scikit-learn estimator, or the user's training function), and each
@@ -56,7 +56,6 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from dpaudit.errors import InsufficientTrialsError
-from dpaudit.kinds import _targets
 from dpaudit.kinds.base import (
     AuditKind,
     KindSummary,
@@ -64,8 +63,9 @@ from dpaudit.kinds.base import (
     RunContext,
     SharedTables,
     UnitPlan,
-    plugin_digest,
 )
+from dpaudit.membership import trained as _targets
+from dpaudit.plugins import plugin_digest
 from dpaudit.sections import ByoSpec, Table
 
 if TYPE_CHECKING:  # loaded where used: validating a file stays fast
@@ -217,7 +217,7 @@ def score_own_attacks(target: Any, spec: OwnSpec) -> list[_OwnScores]:
 
     from dpaudit.attacks import ReferenceAttack, score_with_shared_references
     from dpaudit.errors import DpauditError
-    from dpaudit.membership import attack_seed
+    from dpaudit.membership.pipeline import attack_seed
 
     attacks = own_attacks(spec)
     X, y = target.audited_X, target.audited_y
@@ -288,7 +288,7 @@ def own_unit(spec: OwnSpec, unit: str) -> dict[str, np.ndarray]:
 
 def byo_spec(section: MembershipSection, context: RunContext) -> ByoSpec:
     """The spec of a brought target's units (the file digest included)."""
-    from dpaudit.targets import target_digest
+    from dpaudit.membership.brought import target_digest
 
     sh = context.shared
     spec = ByoSpec(
@@ -314,7 +314,7 @@ def byo_key_data(spec: ByoSpec, context: RunContext) -> dict[str, Any]:
     if references == "recipe":
         key["target"].pop("references", None)
     elif references != "clone":
-        key["references_file"] = plugin_digest(references, context)
+        key["references_file"] = plugin_digest(references, base_dir=context.base_dir)
     return key
 
 
@@ -389,7 +389,7 @@ def _summarise_one(
     """One attack on one target, own or brought: its test, its one-run bound (held against
     the accountant's ε, at the verdict's ``level``, when dpaudit trained the target with
     DP-SGD) and the heuristic bound that treats rows as independent trials."""
-    from dpaudit.membership import DEFAULT_GUESS_FRACTION, one_run_bound
+    from dpaudit.membership.pipeline import DEFAULT_GUESS_FRACTION, one_run_bound
     from dpaudit.results import Comparison, score_summary, theory_curves
 
     c, delta = context.confidence_level, context.delta
@@ -416,10 +416,28 @@ def _summarise_one(
         # §3): the same count is only a description of the attack.
         one_run = dataclasses.replace(one_run, validity="heuristic")
     source = s.upper_source if s.upper is not None else "none"
-    comparisons = [Comparison(s.label, "epsilon", one_run, s.upper, source, s.upper is not None)]
+    comparisons = [
+        Comparison(
+            test=s.label,
+            parameter="epsilon",
+            lower=one_run,
+            upper=s.upper,
+            upper_source=source,
+            in_verdict=s.upper is not None,
+        )
+    ]
     heuristic, notes = _heuristic(s, delta=delta, c=c)
     if heuristic is not None:
-        comparisons.append(Comparison(s.label, "epsilon", heuristic, s.upper, source, False))
+        comparisons.append(
+            Comparison(
+                test=s.label,
+                parameter="epsilon",
+                lower=heuristic,
+                upper=s.upper,
+                upper_source=source,
+                in_verdict=False,
+            )
+        )
     details = dict(s.details)
     attack = dict(details.pop("attack"))
     attack["notes"] = list(attack.get("notes", [])) + notes
@@ -428,7 +446,7 @@ def _summarise_one(
 
 def _own_scored(outputs: Outputs, context: RunContext) -> tuple[list[_Scored], str | None]:
     """Every (variant, attack) of own targets, in the order the file lists them."""
-    from dpaudit.membership import attack_seed
+    from dpaudit.membership.pipeline import attack_seed
 
     out: list[_Scored] = []
     data_hash = None
@@ -482,7 +500,7 @@ class MembershipKind(AuditKind[MembershipSection]):
     def check_runnable(self, section: MembershipSection, context: RunContext) -> None:
         """Load the data (and a brought model) once, before any unit trains or attacks."""
         if context.shared.target.brought:
-            from dpaudit.targets import preflight
+            from dpaudit.membership.brought import preflight
 
             preflight(byo_spec(section, context))
         else:
@@ -491,7 +509,7 @@ class MembershipKind(AuditKind[MembershipSection]):
     def plan(self, section: MembershipSection, context: RunContext) -> UnitPlan:
         sh = context.shared
         if sh.target.brought:
-            from dpaudit.targets import byo_unit, byo_units
+            from dpaudit.membership.brought import byo_unit, byo_units
 
             spec = byo_spec(section, context)
             return UnitPlan(

@@ -1,0 +1,54 @@
+"""Built-in DP mechanisms and user mechanisms, and the ``mechanism`` audit kind.
+
+The noise primitives (:mod:`dpaudit.mechanisms.noise`) are the one part of a family other
+families may import; :mod:`~dpaudit.mechanisms.schema` is the ``[mechanism]`` table and
+:mod:`~dpaudit.mechanisms.kind` the kind adapter.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dpaudit._lazy import lazy_exports
+
+_EXPORTS: dict[str, str] = {
+    "Mechanism": "dpaudit.mechanisms.noise",
+    "laplace": "dpaudit.mechanisms.noise",
+    "gaussian": "dpaudit.mechanisms.noise",
+    "randomized_response": "dpaudit.mechanisms.noise",
+    "k_rr_probabilities": "dpaudit.mechanisms.noise",
+    "k_randomized_response": "dpaudit.mechanisms.noise",
+    "unary_encoding_probabilities": "dpaudit.mechanisms.noise",
+    "unary_encoding": "dpaudit.mechanisms.noise",
+    "vector_laplace": "dpaudit.mechanisms.noise",
+    "laplace_llr": "dpaudit.mechanisms.noise",
+    "vector_gaussian": "dpaudit.mechanisms.noise",
+    "gaussian_calibrated": "dpaudit.mechanisms.noise",
+    "user_mechanism": "dpaudit.mechanisms.noise",
+    "theoretical_claim": "dpaudit.mechanisms.noise",
+    "Claim": "dpaudit.upper_bounds",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:
+    from dpaudit.mechanisms.noise import (
+        Mechanism,
+        gaussian,
+        gaussian_calibrated,
+        k_randomized_response,
+        k_rr_probabilities,
+        laplace,
+        laplace_llr,
+        randomized_response,
+        theoretical_claim,
+        unary_encoding,
+        unary_encoding_probabilities,
+        user_mechanism,
+        vector_gaussian,
+        vector_laplace,
+    )
+    from dpaudit.upper_bounds import (
+        Claim,
+    )
