@@ -29,7 +29,7 @@ from dpaudit.errors import DpauditError
 from dpaudit.executors import UnitStats, run_units
 from dpaudit.gate import evaluate_gate
 from dpaudit.kinds import get_kind
-from dpaudit.kinds.base import KindSummary, UnitPlan, VerdictBudget
+from dpaudit.kinds.base import KindSummary, UnitPlan, VerdictBudget, check_spending
 from dpaudit.results import AuditResult
 from dpaudit.store import RunStore, atomic_write_json, atomic_write_text
 
@@ -183,7 +183,7 @@ def run_audit(
     check_environment(config, run_dir)
     stored = _compute_units(config, run_dir, progress, log)
     budget, counts = _allocate_budget(config, stored)
-    summaries = _summarise(config, stored, budget)
+    summaries = _summarise(config, stored, budget, counts)
     tests = tuple(t for s in summaries for t in s.tests)
     comparisons = tuple(c for s in summaries for c in s.comparisons)
     attribute = tuple(a for s in summaries for a in s.attribute)
@@ -366,17 +366,18 @@ def _allocate_budget(
 
 
 def _summarise(
-    config: AuditConfig, stored: dict[str, _Stored], budget: VerdictBudget
+    config: AuditConfig, stored: dict[str, _Stored], budget: VerdictBudget, counts: dict[str, int]
 ) -> list[KindSummary]:
-    """Step 3: every bound, after the store, each in-verdict one at the budget's level."""
+    """Step 3: every bound, after the store, each in-verdict one at the budget's level; each
+    kind must spend exactly the shares it announced in step 2 (checked here, at run time)."""
     context = run_context(config)
     summaries = []
     for name, st in stored.items():
         t0 = time.perf_counter()
         kind = get_kind(name)
-        summaries.append(
-            kind.summarise(config.section(name), context, st.outputs, level=budget.level)
-        )
+        summary = kind.summarise(config.section(name), context, st.outputs, level=budget.level)
+        check_spending(name, counts[name], summary, budget.level)
+        summaries.append(summary)
         st.seconds += time.perf_counter() - t0
     return summaries
 

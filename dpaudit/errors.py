@@ -27,6 +27,12 @@ class DataError(DpauditError):
     """A dataset, column, file or split cannot be used as asked."""
 
 
+class KindContractError(DpauditError):
+    """An audit kind broke its contract with the audit (a bug in the kind, not in the
+    user's input): e.g. it put more bounds into the verdict than it announced, which would
+    make the verdict's stated confidence false."""
+
+
 class InsufficientTrialsError(DpauditError):
     """Too few trials for any bound to exceed 0."""
 

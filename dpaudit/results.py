@@ -37,6 +37,10 @@ class Check:
     passed: bool
     message: str
     status: str = ""
+    #: True for a check that can fail by chance (a p-value test at the verdict's
+    #: per-comparison level): it takes one share of the verdict's budget, like an
+    #: in-verdict comparison. Deterministic checks take none. Not serialised.
+    spends_budget: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.status:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
-from dpaudit.errors import ConfigError
+from dpaudit.errors import ConfigError, KindContractError
 from dpaudit.plugins import file_digest
 from dpaudit.sections import (
     DataSection,
@@ -132,6 +133,44 @@ class KindSummary:
     warnings: tuple[str, ...] = ()
     data_hash: str | None = None
     checks: tuple[Check, ...] = ()
+
+    @property
+    def spent(self) -> int:
+        """The shares of the verdict's budget this summary used: its in-verdict comparisons
+        and its checks that can fail by chance. The audit holds it against what the kind's
+        ``comparisons`` announced (:func:`check_spending`)."""
+        return sum(c.in_verdict for c in self.comparisons) + sum(
+            c.spends_budget for c in self.checks
+        )
+
+
+def check_spending(name: str, announced: int, summary: KindSummary, level: float) -> None:
+    """Stop the audit when kind ``name`` spent other than it announced.
+
+    The verdict's level rests on the union bound over exactly the comparisons counted
+    before any bound was computed (:class:`VerdictBudget`): a kind whose ``summarise``
+    puts more bounds into the verdict than its ``comparisons`` announced, or computes an
+    in-verdict bound at another level, would make the stated confidence false without
+    any sign of it. This turns that into an error at run time.
+
+    Raises:
+        KindContractError: the counts differ, or an in-verdict bound is not at ``level``.
+    """
+    if summary.spent != announced:
+        raise KindContractError(
+            f"internal error in audit kind {name!r}: its comparisons() announced {announced} "
+            f"in-verdict comparison(s) but its summarise() put {summary.spent} into the "
+            "verdict; the verdict's confidence level would not hold, so the audit stops "
+            "(a bug in the kind, not in your audit file)."
+        )
+    for c in summary.comparisons:
+        if c.in_verdict and not math.isclose(c.lower.confidence_level, level, abs_tol=1e-12):
+            raise KindContractError(
+                f"internal error in audit kind {name!r}: the in-verdict bound of "
+                f"{c.test!r} ({c.parameter}) is at confidence level "
+                f"{c.lower.confidence_level!r}, not the verdict's per-bound level {level!r}; "
+                "the audit stops (a bug in the kind, not in your audit file)."
+            )
 
 
 @dataclass(frozen=True)
