@@ -1,4 +1,4 @@
-"""Bounds at scale: a Laplace mechanism audit at 10⁶ trials per arm (issue #18).
+"""Bounds at scale: a Laplace mechanism audit at 10⁶ trials per arm.
 
 Two measurements, each the median of ``--rounds`` rounds (≥ 3), CPU seconds
 (``time.process_time`` in-process, children's user + sys for the CLI) next to wall time,
@@ -8,8 +8,9 @@ one thread (OMP/MKL/OpenBLAS threads = 1), the 1-minute load average printed wit
    ``epsilon_lower_bound`` then ``mu_lower_bound`` (two calls), and
    ``epsilon_and_mu_lower_bounds`` (one call sharing the split, the selection curve and
    the Beta inversions); with ``--full-scan`` also the two calls with the full scan (one
-   Beta inversion per distinct threshold, ``_curve_bounds`` + ``np.argmax``, patched
-   back in; one round, it takes ~20 s). All must give identical bounds.
+   Beta inversion per distinct threshold, ``threshold_search.full_scan`` + ``np.argmax``,
+   patched in for the ``best_threshold`` that ``bounds`` calls; one round, it takes
+   ~20 s). All must give identical bounds.
 2. ``dpaudit run`` end to end on ``audits/laplace.toml`` with ``trials = 1_000_000``,
    fresh run directory each round; with ``--baseline-src DIR`` (a checkout of the tree
    before the change, e.g. ``git worktree add /tmp/base <commit>``) the same command is
@@ -40,7 +41,7 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from dpaudit import bounds  # noqa: E402
+from dpaudit import bounds, threshold_search  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,16 +51,15 @@ def _full_scan(
     *,
     level_fpr: float,
     level_fnr: float,
-    parameter: str,
-    delta: float,
+    bound: threshold_search.Bound,
     cache: Any = None,
-):
+) -> threshold_search.Best:
     """The reference selection: every threshold's bound, then the first maximiser."""
-    values, fpr_hi, fnr_hi = bounds._curve_bounds(
-        curve, level_fpr=level_fpr, level_fnr=level_fnr, parameter=parameter, delta=delta
+    values, fpr_hi, fnr_hi = threshold_search.full_scan(
+        curve, level_fpr=level_fpr, level_fnr=level_fnr, bound=bound
     )
     i = int(np.argmax(values))
-    return bounds._Best(i, float(values[i]), float(fpr_hi[i]), float(fnr_hi[i]))
+    return threshold_search.Best(i, float(values[i]), float(fpr_hi[i]), float(fnr_hi[i]))
 
 
 def _load() -> float:
@@ -97,12 +97,13 @@ def bounds_only(trials: int, rounds: int, full_scan: bool) -> None:
     print(f"bounds only, {trials:,} per arm (ε and μ, split), median of {rounds}:")
     results = {}
     if full_scan:
-        pruned = bounds._best_threshold
-        bounds._best_threshold = _full_scan
+        # bounds.py calls best_threshold by the name it imported: swap that name.
+        pruned = bounds.best_threshold
+        bounds.best_threshold = _full_scan
         try:
             results["full"], cpu, wall, loads = _timed(separately, 1)
         finally:
-            bounds._best_threshold = pruned
+            bounds.best_threshold = pruned
         print(
             f"  full scan, two calls (1 round) : {cpu:6.2f} s CPU  {wall:6.2f} s wall  "
             f"(load {_loads(loads)})"

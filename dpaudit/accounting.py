@@ -26,7 +26,7 @@ import numpy as np
 from dp_accounting import pld, rdp
 from numpy.typing import ArrayLike, NDArray
 
-from dpaudit.errors import DpauditError, check_choice, check_in_interval
+from dpaudit.errors import DpauditError, check_choice, check_in_interval, check_integer
 from dpaudit.records import DPSGDRecord
 from dpaudit.theory import MuBracket, gdp_bracket, gdp_delta, gdp_epsilon, laplace_scale
 
@@ -75,11 +75,7 @@ def _check_dpsgd(noise_multiplier: float, sampling_rate: float, steps: int) -> t
         "noise_multiplier", noise_multiplier, 0.0, math.inf, low_open=True, high_open=True
     )
     q = check_in_interval("sampling_rate", sampling_rate, 0.0, 1.0, low_open=True)
-    if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or steps < 1:
-        raise DpauditError(
-            f"The 'steps' parameter must be a positive integer. Got {steps!r} instead."
-        )
-    return sigma, q, int(steps)
+    return sigma, q, check_integer("steps", steps, low=1)
 
 
 def dpsgd_event(
@@ -124,10 +120,7 @@ def laplace_event(*, epsilon: float, sensitivity: float = 1.0, count: int = 1):
         noise scale relative to the sensitivity, i.e. 1/ε.
     """
     b = laplace_scale(sensitivity, epsilon)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise DpauditError(
-            f"The 'count' parameter must be a positive integer. Got {count!r} instead."
-        )
+    count = check_integer("count", count, low=1)
     event = dp_accounting.LaplaceDpEvent(b / sensitivity)
     return event if count == 1 else dp_accounting.SelfComposedDpEvent(event, count)
 

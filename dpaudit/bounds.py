@@ -13,6 +13,8 @@ are written where they happen:
    on one part of the trials and counts on the other; ``bonferroni`` makes the limits hold
    simultaneously for every threshold (union bound over all cut points of each sample) so
    that the maximum over thresholds is valid. An uncorrected maximum is never offered.
+   Both take a maximum over thresholds; :mod:`dpaudit.threshold_search` finds it exactly
+   (the full scan's first maximiser) with far fewer Beta inversions.
 
 Pure functions of arrays and numbers; no state, no I/O.
 
@@ -31,6 +33,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -49,9 +52,9 @@ from dpaudit.stats import (
     ConfidenceInterval,
     check_confidence_level,
     clopper_pearson,
-    clopper_pearson_upper,
 )
 from dpaudit.theory import check_candidates, gdp_epsilon
+from dpaudit.threshold_search import Bound, LimitsCache, best_threshold
 from dpaudit.tradeoff import TradeoffCurve, as_scores
 
 ThresholdStrategy = Literal["split", "bonferroni"]
@@ -223,9 +226,12 @@ def minimum_trials(*, delta: float, confidence_level: float, parameter: str = "e
 
 
 def _check_counts(fp: int, negatives: int, fn: int, positives: int) -> None:
-    for name, k, n in (("fp", fp, negatives), ("fn", fn, positives)):
-        if n < 1:
-            raise DpauditError(f"Each hypothesis needs at least one trial. Got {n} for {name!r}.")
+    for name, k, n_name, n in (
+        ("fp", fp, "negatives", negatives),
+        ("fn", fn, "positives", positives),
+    ):
+        check_integer(n_name, n, low=1)
+        check_integer(name, k, low=0)
         if not 0 <= k <= n:
             raise DpauditError(f"The {name!r} parameter must be in [0, {n}]. Got {k} instead.")
 
@@ -315,253 +321,14 @@ def mu_from_counts(
 # ------------------------------------------------------------ thresholds chosen from data
 
 
-def _curve_bounds(
-    curve: TradeoffCurve, *, level_fpr: float, level_fnr: float, parameter: str, delta: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-threshold bound values and the rate upper limits they used."""
-    fpr_hi = clopper_pearson_upper(curve.fp, curve.negatives, level=level_fpr)
-    fnr_hi = clopper_pearson_upper(curve.fn, curve.positives, level=level_fnr)
+def _rate_bound(parameter: str, delta: float) -> Bound:
+    """The per-threshold bound of ``parameter`` as a function of the two rate limits: the
+    ε inequality at ``delta`` or the μ inequality. Both decrease in both limits, are ≥ 0
+    and are 0 at an FNR limit of 1, as :func:`~dpaudit.threshold_search.best_threshold`
+    requires."""
     if parameter == "epsilon":
-        values = epsilon_from_rates(fpr_hi, fnr_hi, delta=delta)
-    else:
-        values = mu_from_rates(fpr_hi, fnr_hi)
-    return values, fpr_hi, fnr_hi
-
-
-def _rate_values(
-    parameter: str, fpr_high: np.ndarray, fnr_high: np.ndarray, delta: float
-) -> np.ndarray:
-    if parameter == "epsilon":
-        return epsilon_from_rates(fpr_high, fnr_high, delta=delta)
-    return mu_from_rates(fpr_high, fnr_high)
-
-
-class _MonotoneLimits:
-    """Clopper–Pearson upper limits of k out of ``n`` at ``level``, computed only at some
-    counts; elsewhere a bracket from the nearest computed counts.
-
-    The upper limit increases in k (a larger count never has a smaller upper limit), so
-    the limits at the computed neighbours k_a ≤ k ≤ k_b bracket the limit at k. Every
-    computed value comes from :func:`clopper_pearson_upper` itself, so a count that is
-    computed has exactly the value a full scan would give it.
-    """
-
-    # Every count up to DENSE, then a geometric grid (ratio 1 + 1/GRID) up to n: about
-    # DENSE + GRID·ln(n/DENSE) inversions instead of one per threshold. The constants
-    # only set how the work is spread (they change no result): at 10⁶ trials per arm,
-    # a finer first grid with brackets split in 4 per round inverts ~10⁴ Betas for the
-    # ε and μ searches together, against ~5·10⁴ with (256, 16, 8192).
-    DENSE = 256
-    GRID = 512
-    EXACT = 4096
-    SPLIT = 4
-
-    def __init__(self, n: int, level: float) -> None:
-        self.n, self.level = n, level
-        dense = np.arange(min(n, self.DENSE) + 1, dtype=np.int64)
-        steps = max(0, math.ceil(math.log(max(n, 1) / self.DENSE) * (self.GRID + 1)) + 1)
-        ratio = (1.0 + 1.0 / self.GRID) ** np.arange(steps)
-        grid = np.round(self.DENSE * ratio).astype(np.int64)
-        self.counts = np.unique(np.concatenate([dense, grid[grid <= n], [n]]))
-        self.limits = clopper_pearson_upper(self.counts, n, level=level)
-
-    def bracket(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(low, high, exact)``: limits bracketing each count's, and whether it is computed."""
-        pos = np.searchsorted(self.counts, k, side="left")
-        exact = self.counts[pos] == k
-        high = self.limits[pos]
-        low = np.where(exact, high, self.limits[np.maximum(pos - 1, 0)])
-        return low, high, exact
-
-    def refine(self, k: np.ndarray) -> None:
-        """Narrow the brackets of the counts ``k`` (none computed yet): up to EXACT distinct
-        counts are computed outright; more are bracketed anew by SPLIT evenly spaced
-        counts inside each of their brackets (each bracket shrinks by that factor)."""
-        k = _unique(k)
-        if k.size > self.EXACT:
-            pos = _unique(np.searchsorted(self.counts, k, side="left"))
-            a, b = self.counts[pos - 1], self.counts[pos]
-            inner = a[:, None] + ((b - a)[:, None] * np.arange(1, self.SPLIT)) // self.SPLIT
-            k = _unique(inner.ravel())
-        k = k[~np.isin(k, self.counts)]  # a shared table may hold some of them already
-        counts = np.concatenate([self.counts, k])
-        limits = np.concatenate([self.limits, clopper_pearson_upper(k, self.n, level=self.level)])
-        order = np.argsort(counts, kind="stable")
-        self.counts, self.limits = counts[order], limits[order]
-
-    def exact(self, k: np.ndarray) -> np.ndarray:
-        return self.limits[np.searchsorted(self.counts, k, side="left")]
-
-
-def _unique(k: np.ndarray) -> np.ndarray:
-    """``np.unique(k)`` for a 1-D integer array, in O(k) when ``k`` is monotone.
-
-    The counts along a trade-off curve are monotone (FP rises and FN falls as the
-    threshold falls), and so is every subsequence of them; ``np.unique`` would hash or
-    sort 10⁶ of them anyway. Same values, same order (increasing), same dtype.
-    """
-    if k.size > 1:
-        step = np.diff(k)
-        if (step < 0).any():
-            if (step > 0).any():
-                return np.unique(k)
-            k, step = k[::-1], -step[::-1]
-        return k[np.concatenate(([True], step != 0))]
-    return np.unique(k)
-
-
-#: The Clopper–Pearson limits already computed, by (n, level): the ε and the μ search
-#: on one curve (same n, same levels) share them; a shared table only holds more exact
-#: counts, which narrows brackets and never changes a computed limit.
-LimitsCache = dict[tuple[int, float], "_MonotoneLimits"]
-
-
-def _limits(n: int, level: float, cache: LimitsCache | None) -> _MonotoneLimits:
-    if cache is None:
-        return _MonotoneLimits(n, level)
-    key = (int(n), float(level))
-    if key not in cache:
-        cache[key] = _MonotoneLimits(n, level)
-    return cache[key]
-
-
-def _run_starts(*columns: np.ndarray) -> np.ndarray:
-    """Indices where the tuple of ``columns`` differs from the previous row (0 included)."""
-    change = np.zeros(columns[0].size, dtype=bool)
-    change[:1] = True
-    for col in columns:
-        change[1:] |= col[1:] != col[:-1]
-    return np.flatnonzero(change)
-
-
-def _bracketed_values(
-    parameter: str,
-    delta: float,
-    fp_low: np.ndarray,
-    fp_high: np.ndarray,
-    fn_low: np.ndarray,
-    fn_high: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``_rate_values`` at the low and at the high limits, evaluated once per run of equal
-    rows: between two computed counts every threshold shares one bracket, so 10⁶
-    thresholds have only a few thousand distinct brackets. Each row gets exactly the
-    value the elementwise call would give it (same inputs, same function)."""
-    starts = _run_starts(fp_low, fp_high, fn_low, fn_high)
-    lengths = np.diff(np.append(starts, fp_low.size))
-    upper = _rate_values(parameter, fp_low[starts], fn_low[starts], delta)
-    lower = _rate_values(parameter, fp_high[starts], fn_high[starts], delta)
-    return np.repeat(upper, lengths), np.repeat(lower, lengths)
-
-
-def _keep(upper: np.ndarray, floor: float) -> np.ndarray:
-    """Which thresholds can still reach the best bound: their ``upper`` is not below the
-    best ``lower`` (``floor``), and positive."""
-    # The slack (1e-9 relative) only keeps more thresholds: it absorbs any rounding
-    # by which the computed limits could fail to be monotone in the count.
-    return (upper >= floor - 1e-9 * max(1.0, abs(floor))) & (upper > 0.0)
-
-
-def _first_pass(
-    curve: TradeoffCurve,
-    fp_limits: _MonotoneLimits,
-    fn_limits: _MonotoneLimits,
-    parameter: str,
-    delta: float,
-) -> np.ndarray:
-    """The indices that survive the first pruning of :func:`_best_threshold`, found
-    without visiting every threshold.
-
-    Along the curve FP rises and FN falls, so the thresholds fall into runs whose FP and
-    FN are bracketed by the same computed counts (a run ends where a count crosses one
-    in a table, found by binary search in the curve): at 10⁶ thresholds, about as many
-    runs as table entries. The brackets, the bound values and ``_keep`` are evaluated
-    once per run, with the very values the per-threshold pass computes, so the same
-    thresholds survive. Index 0 always survives. A curve whose counts are not monotone
-    (not one from scores) gets the per-threshold pass.
-    """
-    size = curve.fp.size
-    fp_all, tp_all = curve.fp, curve.tp
-    if size < 2 or (np.diff(fp_all) < 0).any() or (np.diff(tp_all) < 0).any():
-        return np.arange(size)
-    # FN = positives − TP: FN meets a count c where TP meets positives − c.
-    cuts = [np.zeros(1, dtype=np.int64)]
-    for key, table in (
-        (fp_all, fp_limits.counts),
-        (tp_all, curve.positives - fn_limits.counts[::-1]),
-    ):
-        cuts += [np.searchsorted(key, table, side="left"), np.searchsorted(key, table, "right")]
-    starts = np.unique(np.concatenate(cuts))
-    starts = starts[starts < size]
-    fp_low, fp_high, _ = fp_limits.bracket(fp_all[starts])
-    fn_low, fn_high, _ = fn_limits.bracket(curve.positives - tp_all[starts])
-    upper = _rate_values(parameter, fp_low, fn_low, delta)
-    floor = float(_rate_values(parameter, fp_high, fn_high, delta).max())
-    keep = np.repeat(_keep(upper, floor), np.diff(np.append(starts, size)))
-    keep[0] = True
-    return np.flatnonzero(keep)
-
-
-@dataclass(frozen=True)
-class _Best:
-    index: int
-    value: float
-    fpr_high: float
-    fnr_high: float
-
-
-def _best_threshold(
-    curve: TradeoffCurve,
-    *,
-    level_fpr: float,
-    level_fnr: float,
-    parameter: str,
-    delta: float,
-    cache: LimitsCache | None = None,
-) -> _Best:
-    """The first index of the largest per-threshold bound of :func:`_curve_bounds`, with
-    that bound and its limits, bit-identical to ``np.argmax`` over the full scan.
-
-    The full scan inverts the Beta distribution twice per distinct threshold (≈ 10⁶ at
-    10⁶ trials). The bound decreases in both rate limits and each limit increases in
-    its count, so bracketing each threshold's limits by the limits at computed counts
-    brackets its bound: ``upper`` (from the lower limits) and ``lower``. A threshold
-    whose ``upper`` is below the best ``lower`` cannot be the maximiser, nor tie it. The
-    survivors' brackets are refined until every survivor's limits are computed exactly;
-    the maximum among them, and its first index, are then those of the full scan.
-    Every threshold with a bound equal to the maximum M > 0 survives (its ``upper`` is
-    ≥ M ≥ every ``lower``), so ties are broken by the first index as ``np.argmax`` does;
-    index 0 (threshold +inf: FN = all positives, limit exactly 1) has bound 0, the first
-    index of a maximum of 0.
-
-    ``cache`` shares computed limits between searches on curves with the same sample
-    sizes and levels (the ε and μ searches of one audit); the result does not depend on it.
-    """
-    fp_limits = _limits(curve.negatives, level_fpr, cache)
-    fn_limits = _limits(curve.positives, level_fnr, cache)
-    fp_all, fn_all = curve.fp, curve.fn
-    idx = _first_pass(curve, fp_limits, fn_limits, parameter, delta)
-    while True:
-        fp, fn = fp_all[idx], fn_all[idx]
-        fp_low, fp_high, fp_exact = fp_limits.bracket(fp)
-        fn_low, fn_high, fn_exact = fn_limits.bracket(fn)
-        upper, lower = _bracketed_values(parameter, delta, fp_low, fp_high, fn_low, fn_high)
-        floor = float(lower.max())
-        keep = _keep(upper, floor)
-        keep[idx == 0] = True
-        if not keep.all():
-            idx, fp, fn = idx[keep], fp[keep], fn[keep]
-            fp_exact, fn_exact = fp_exact[keep], fn_exact[keep]
-        if fp_exact.all() and fn_exact.all():
-            break
-        if not fp_exact.all():
-            fp_limits.refine(fp[~fp_exact])
-        if not fn_exact.all():
-            fn_limits.refine(fn[~fn_exact])
-    fpr_high = fp_limits.exact(fp_all[idx])
-    fnr_high = fn_limits.exact(fn_all[idx])
-    values = _rate_values(parameter, fpr_high, fnr_high, delta)
-    j = int(np.argmax(values))
-    return _Best(int(idx[j]), float(values[j]), float(fpr_high[j]), float(fnr_high[j]))
+        return functools.partial(epsilon_from_rates, delta=delta)
+    return mu_from_rates
 
 
 #: One bound to compute: ``(parameter, delta)``, parameter ``"epsilon"`` or ``"mu"``.
@@ -629,12 +396,11 @@ def _select_threshold(
     # simultaneous bound penalises thin tails, so its maximiser is a threshold whose
     # bound on fresh trials is close to what it promised. Any rule is valid here: the
     # selection part is never counted.
-    best = _best_threshold(
+    best = best_threshold(
         sel,
         level_fpr=_rate_level(c, tests=sel.negatives + 1),
         level_fnr=_rate_level(c, tests=sel.positives + 1),
-        parameter=parameter,
-        delta=delta,
+        bound=_rate_bound(parameter, delta),
         cache=cache,
     )
     return float(sel.thresholds[best.index])
@@ -683,10 +449,7 @@ def _count_at(
     fn = int(np.sum(ev_pos < t))
     fpr = clopper_pearson(fp, ev_neg.size, confidence_level=level, alternative="less")
     fnr = clopper_pearson(fn, ev_pos.size, confidence_level=level, alternative="less")
-    rates = (np.array(fpr.high), np.array(fnr.high))
-    value = float(
-        epsilon_from_rates(*rates, delta=delta) if parameter == "epsilon" else mu_from_rates(*rates)
-    )
+    value = float(_rate_bound(parameter, delta)(np.array(fpr.high), np.array(fnr.high)))
     return {
         "value": value,
         "fpr": fpr,
@@ -722,12 +485,11 @@ def _bonferroni_bounds(
     cache: LimitsCache = {}
     out = []
     for parameter, delta in targets:
-        best = _best_threshold(
+        best = best_threshold(
             curve,
             level_fpr=level_fpr,
             level_fnr=level_fnr,
-            parameter=parameter,
-            delta=delta,
+            bound=_rate_bound(parameter, delta),
             cache=cache,
         )
         i = best.index
@@ -984,10 +746,7 @@ def one_run_epsilon_lower_bound(
         m = 1000, r = 100 all correct, δ = 0, 95 %: ε ≥ 3.493.
     """
     for name, count in (("canaries", canaries), ("guesses", guesses), ("correct", correct)):
-        if isinstance(count, bool) or not isinstance(count, int | np.integer) or count < 0:
-            raise DpauditError(
-                f"The {name!r} parameter must be a non-negative integer. Got {count!r} instead."
-            )
+        check_integer(name, count, low=0)
     if not 0 <= correct <= guesses <= canaries or canaries < 1:
         raise DpauditError(
             "One-run counts must satisfy 0 ≤ correct ≤ guesses ≤ canaries and canaries ≥ 1. "

@@ -74,7 +74,7 @@ import numpy as np
 from scipy import special
 
 from dpaudit import accounting
-from dpaudit.errors import DpauditError, check_in_interval
+from dpaudit.errors import DpauditError, check_in_interval, check_integer
 from dpaudit.identification import identify_bracket, identify_mechanism
 from dpaudit.theory import gdp_epsilon
 
@@ -156,12 +156,6 @@ class CompositionTable:
 # --------------------------------------------------------------------------------------
 
 
-def _positive_int(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise DpauditError(f"The {name!r} parameter must be a positive integer. Got {value!r}.")
-    return int(value)
-
-
 def naive_composition(epsilon0: float, delta0: float, steps: int) -> tuple[float, float]:
     """(T·ε₀, T·δ₀): T (ε₀, δ₀)-DP mechanisms compose to this (basic composition).
 
@@ -170,7 +164,7 @@ def naive_composition(epsilon0: float, delta0: float, steps: int) -> tuple[float
     """
     epsilon0 = check_in_interval("epsilon0", epsilon0, 0.0, math.inf, high_open=True)
     delta0 = check_in_interval("delta0", delta0, 0.0, 1.0)
-    t = _positive_int("steps", steps)
+    t = check_integer("steps", steps, low=1)
     return t * epsilon0, min(1.0, t * delta0)
 
 
@@ -188,7 +182,7 @@ def advanced_composition(
     epsilon0 = check_in_interval("epsilon0", epsilon0, 0.0, math.inf, high_open=True)
     delta0 = check_in_interval("delta0", delta0, 0.0, 1.0)
     delta_prime = check_in_interval("delta_prime", delta_prime, 0.0, 1.0, low_open=True)
-    t = _positive_int("steps", steps)
+    t = check_integer("steps", steps, low=1)
     eps = math.sqrt(2.0 * t * math.log(1.0 / delta_prime)) * epsilon0 + t * epsilon0 * math.expm1(
         epsilon0
     )
@@ -208,7 +202,7 @@ def optimal_composition_delta(epsilon0: float, steps: int, epsilon: float) -> fl
     """
     epsilon0 = check_in_interval("epsilon0", epsilon0, 0.0, math.inf, high_open=True)
     epsilon = check_in_interval("epsilon", epsilon, 0.0, math.inf, high_open=True)
-    t = _positive_int("steps", steps)
+    t = check_integer("steps", steps, low=1)
     if epsilon0 == 0.0:
         return 0.0
     ell = np.arange(t + 1, dtype=float)
@@ -235,7 +229,7 @@ def optimal_composition_epsilon(epsilon0: float, delta0: float, steps: int, delt
     """
     delta0 = check_in_interval("delta0", delta0, 0.0, 1.0)
     delta = check_in_interval("delta", delta, 0.0, 1.0, low_open=True)
-    t = _positive_int("steps", steps)
+    t = check_integer("steps", steps, low=1)
     # 1 − (1 − δ₀)^T (1 − δ̃) ≤ δ  ⇔  δ̃ ≤ 1 − (1 − δ)/(1 − δ₀)^T
     budget = -math.expm1(math.log1p(-delta) - t * math.log1p(-delta0))
     if budget <= 0.0:

@@ -38,7 +38,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from dpaudit.errors import DataError, check_choice
+from dpaudit.errors import DataError, DpauditError, check_choice, check_integer
 
 __all__ = [
     "BUILTIN_DATASETS",
@@ -392,15 +392,9 @@ def split_dataset(
     check_choice("standardize", standardize, ("train", "population", "none"))
     if holdout_size is None:
         holdout_size = target_size
-    for key, value in (
-        ("target_size", target_size),
-        ("population_size", population_size),
-        ("holdout_size", holdout_size),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
-            raise DataError(f"The {key!r} parameter must be an integer >= 0. Got {value!r}.")
-    if target_size < 1:
-        raise DataError(f"The 'target_size' parameter must be >= 1. Got {target_size!r}.")
+    target_size = _check_size("target_size", target_size, low=1)
+    population_size = _check_size("population_size", population_size, low=0)
+    holdout_size = _check_size("holdout_size", holdout_size, low=0)
     needed = target_size + holdout_size + population_size
     if needed > dataset.num_rows:
         raise DataError(
@@ -431,6 +425,15 @@ def split_dataset(
 
 # --------------------------------------------------------------------------------------
 # helpers
+
+
+def _check_size(name: str, value: Any, *, low: int) -> int:
+    """:func:`~dpaudit.errors.check_integer`, raised as the :class:`DataError` that the
+    callers of this module catch."""
+    try:
+        return check_integer(name, value, low=low)
+    except DpauditError as exc:
+        raise DataError(str(exc)) from None
 
 
 def _read_frame(
@@ -641,8 +644,7 @@ def _sensitive(
             distinct.astype(np.float32)[:, None],
             codes,
         )
-    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 2:
-        raise DataError(f"The 'sensitive_bins' parameter must be an integer >= 2. Got {bins!r}.")
+    bins = _check_size("sensitive_bins", bins, low=2)
     edges = np.unique(np.quantile(raw, np.linspace(0.0, 1.0, bins + 1)))
     # Interior edges only: searchsorted(side="right") puts the maximum in the last bin.
     codes = np.searchsorted(edges[1:-1], raw, side="right").astype(np.int64)

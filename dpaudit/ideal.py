@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from dpaudit.bounds import epsilon_from_rates, mu_from_rates
-from dpaudit.errors import DpauditError, check_choice, check_in_interval
+from dpaudit.errors import check_choice, check_in_interval, check_integer
 from dpaudit.stats import check_confidence_level, clopper_pearson_upper
 from dpaudit.tradeoff import as_scores
 
@@ -92,8 +92,7 @@ def ideal_lower_bound(
     check_choice("parameter", parameter, ("epsilon", "mu"))
     c = check_confidence_level(confidence_level)
     d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise DpauditError(f"The 'trials' parameter must be a positive integer. Got {trials!r}.")
+    trials = check_integer("trials", trials, low=1)
     neg = np.sort(as_scores("negative_llr", negative_llr))
     pos = np.sort(as_scores("positive_llr", positive_llr))
     pooled = np.concatenate([neg, pos])
@@ -145,8 +144,7 @@ def ideal_for_mechanism(
         seed: seed of the simulation.
         delta, confidence_level, parameter: as in :func:`ideal_lower_bound`.
     """
-    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 2:
-        raise DpauditError(f"The 'draws' parameter must be an integer >= 2. Got {draws!r}.")
+    draws = check_integer("draws", draws, low=2)
     rng = np.random.default_rng(seed)
     chunks = [min(1_000_000, draws - i) for i in range(0, draws, 1_000_000)]
     neg = np.concatenate([mechanism.run(0, rng=rng, size=n) for n in chunks])

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dpaudit.errors import DataError, DpauditError, check_choice
+from dpaudit.errors import DataError, DpauditError, check_choice, check_integer
 
 __all__ = ["ModelSpec", "ModelStack", "derive_generator", "layer_shapes"]
 
@@ -58,14 +58,10 @@ class ModelSpec:
     def __post_init__(self) -> None:
         check_choice("kind", self.kind, _KINDS)
         check_choice("activation", self.activation, _ACTIVATIONS)
-        hidden = tuple(self.hidden)
-        for width in hidden:
-            if isinstance(width, bool) or not isinstance(width, int | np.integer) or width < 1:
-                raise DpauditError(
-                    "The 'hidden' parameter must be a tuple of positive integers. "
-                    f"Got {self.hidden!r} instead."
-                )
-        object.__setattr__(self, "hidden", tuple(int(w) for w in hidden))
+        hidden = tuple(
+            check_integer(f"hidden[{i}]", width, low=1) for i, width in enumerate(self.hidden)
+        )
+        object.__setattr__(self, "hidden", hidden)
 
     @property
     def hidden_widths(self) -> tuple[int, ...]:
@@ -183,16 +179,10 @@ class ModelStack:
         Returns:
             The stack.
         """
-        for name, value, low in (
-            ("num_models", num_models, 1),
-            ("num_features", num_features, 1),
-            ("num_classes", num_classes, 2),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-                raise DpauditError(
-                    f"The {name!r} parameter must be an integer >= {low}. Got {value!r} instead."
-                )
-        shapes = layer_shapes(spec, int(num_features), int(num_classes))
+        num_models = check_integer("num_models", num_models, low=1)
+        num_features = check_integer("num_features", num_features, low=1)
+        num_classes = check_integer("num_classes", num_classes, low=2)
+        shapes = layer_shapes(spec, num_features, num_classes)
         weights = [torch.empty((num_models, o, i), dtype=dtype, device=device) for o, i in shapes]
         biases = [torch.empty((num_models, o), dtype=dtype, device=device) for o, _ in shapes]
         for k in range(num_models):

@@ -29,7 +29,7 @@ from dpaudit.bounds import (
     mu_from_rates,
     one_run_epsilon_lower_bound,
 )
-from dpaudit.errors import DpauditError, check_choice
+from dpaudit.errors import DpauditError, check_choice, check_integer
 from dpaudit.theory import tradeoff_gdp, tradeoff_laplace
 
 __all__ = [
@@ -158,8 +158,8 @@ def multi_run_limit(
     """
     check_choice("threshold", threshold, _THRESHOLDS)
     check_choice("parameter", parameter, _PARAMETERS)
-    n0 = _check_trials("negatives", negatives)
-    n1 = n0 if positives is None else _check_trials("positives", positives)
+    n0 = check_integer("negatives", negatives, low=1)
+    n1 = n0 if positives is None else check_integer("positives", positives, low=1)
     k0, k1 = (_counted(n, threshold, selection_fraction) for n in (n0, n1))
     value = 0.0
     if min(k0, k1) >= 1:
@@ -300,7 +300,8 @@ def expected_bound(
         ``(value, index)`` of the best point.
     """
     check_choice("threshold", threshold, _THRESHOLDS)
-    n = _counted(_check_trials("trials_per_arm", trials_per_arm), threshold, selection_fraction)
+    trials = check_integer("trials_per_arm", trials_per_arm, low=1)
+    n = _counted(trials, threshold, selection_fraction)
     if n < 1:
         return 0.0, 0
     tests = n + 1 if threshold == "bonferroni" else 1
@@ -459,14 +460,6 @@ def _ideal_rates(
     return _GRID, np.asarray(curve(_GRID, **kwargs), dtype=np.float64)
 
 
-def _check_trials(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise DpauditError(
-            f"The {name!r} parameter must be an integer >= 1. Got {value!r} instead."
-        )
-    return int(value)
-
-
 def _upper(k: np.ndarray, n: int, level: float) -> np.ndarray:
     """One-sided Clopper–Pearson upper limit for (possibly fractional) k errors of n."""
     # The upper limit is the level-quantile of Beta(k + 1, n − k); at k = n it is 1.
@@ -569,8 +562,7 @@ def plan_one_run(
         raise DpauditError(f"The 'target_epsilon' parameter must be > 0. Got {target_epsilon!r}.")
     if not 0.5 < accuracy <= 1.0:
         raise DpauditError(f"accuracy must be in (0.5, 1]. Got {accuracy!r}.")
-    if canaries_per_guess < 1:
-        raise DpauditError(f"canaries_per_guess must be ≥ 1. Got {canaries_per_guess!r}.")
+    canaries_per_guess = check_integer("canaries_per_guess", canaries_per_guess, low=1)
 
     def value(half: int) -> float:
         r = 2 * half

@@ -11,7 +11,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 from scipy import special
 
-from dpaudit.errors import DpauditError, check_choice, check_in_interval
+from dpaudit.errors import DpauditError, check_choice, check_in_interval, check_integer
 
 Alternative = Literal["two-sided", "less", "greater"]
 ALTERNATIVES: tuple[str, ...] = ("two-sided", "less", "greater")
@@ -29,12 +29,6 @@ def check_confidence_level(confidence_level: float) -> float:
     return check_in_interval(
         "confidence_level", confidence_level, 0.0, 1.0, low_open=True, high_open=True
     )
-
-
-def _check_count(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise DpauditError(f"The {name!r} parameter must be an integer. Got {value!r} instead.")
-    return int(value)
 
 
 def clopper_pearson(
@@ -73,12 +67,10 @@ def clopper_pearson(
         case of the binomial", Biometrika 26(4). The Beta-quantile form: the upper limit is
         the (1 − a) quantile of Beta(k + 1, n − k), the lower the a quantile of Beta(k, n − k + 1).
     """
-    k = _check_count("k", k)
-    n = _check_count("n", n)
+    k = check_integer("k", k, low=0)
+    n = check_integer("n", n, low=1)
     c = check_confidence_level(confidence_level)
     check_choice("alternative", alternative, ALTERNATIVES)
-    if n < 1:
-        raise DpauditError(f"The 'n' parameter must be at least 1. Got {n} instead.")
     if not 0 <= k <= n:
         raise DpauditError(f"The 'k' parameter must be in [0, n] = [0, {n}]. Got {k} instead.")
     tail = (1.0 - c) / 2.0 if alternative == "two-sided" else 1.0 - c

@@ -1,9 +1,9 @@
 """Closed-form privacy theory: GDP, trade-off curves and the classic mechanisms.
 
 Pure functions of numbers and arrays, no state and no I/O (the torch-free statistics
-core: docs/architecture.md, "The statistics core"). A trade-off curve ``f`` maps a type I error ``alpha`` (the
-false-positive rate of a test of H0 = "D" against H1 = "D'") to the smallest type II
-error ``beta = f(alpha)`` any test can reach at that ``alpha``.
+core: docs/architecture.md, "The statistics core"). A trade-off curve ``f`` maps a type I
+error ``alpha`` (the false-positive rate of a test of H0 = "D" against H1 = "D'") to the
+smallest type II error ``beta = f(alpha)`` any test can reach at that ``alpha``.
 
 References:
     Dong, Roth, Su 2019, "Gaussian Differential Privacy" (arXiv:1905.02383): f-DP,
@@ -403,11 +403,10 @@ def k_rr_profile(eps: ArrayLike, *, k: int, epsilon: float) -> float | NDArray[n
         Sec. 3 (δ(ε') as a hockey-stick divergence).
     """
     epsilon = check_in_interval("epsilon", epsilon, 0.0, math.inf, high_open=True)
-    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 2:
-        raise DpauditError(f"The 'k' parameter must be an integer >= 2. Got {k!r} instead.")
+    k = check_integer("k", k, low=2)
     e = _epsilon_array(eps, "eps")
     # (e^ε − e^{ε'})/(e^ε + k − 1) = (1 − e^{ε'−ε}) / (1 + (k − 1)e^{−ε}), no overflow
-    out = -np.expm1(np.minimum(e - epsilon, 0.0)) / (1.0 + (int(k) - 1) * math.exp(-epsilon))
+    out = -np.expm1(np.minimum(e - epsilon, 0.0)) / (1.0 + (k - 1) * math.exp(-epsilon))
     return _as_output(np.maximum(out, 0.0))
 
 
@@ -586,11 +585,7 @@ def identification_success_bound(*, epsilon: float, delta: float, candidates: in
 
 def check_candidates(candidates: int) -> int:
     """k ≥ 2 candidates of the identification game, as an int."""
-    if isinstance(candidates, bool) or not isinstance(candidates, int | np.integer):
-        raise DpauditError(f"The 'candidates' parameter must be an integer. Got {candidates!r}.")
-    if candidates < 2:
-        raise DpauditError(f"The 'candidates' parameter must be at least 2. Got {candidates}.")
-    return int(candidates)
+    return check_integer("candidates", candidates, low=2)
 
 
 def output_perturbation_sensitivity(n: int, lam: float, *, lipschitz: float = 1.0) -> float:
@@ -603,19 +598,10 @@ def output_perturbation_sensitivity(n: int, lam: float, *, lipschitz: float = 1.
         Chaudhuri, Monteleoni, Sarwate 2011, "Differentially Private Empirical Risk
         Minimization" (JMLR), Corollary 8 (L = 1).
     """
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-        raise DpauditError(f"The 'n' parameter must be a positive integer. Got {n!r} instead.")
+    n = check_integer("n", n, low=1)
     lam = check_in_interval("lam", lam, 0.0, math.inf, low_open=True, high_open=True)
     lipschitz = check_in_interval("lipschitz", lipschitz, 0.0, math.inf, low_open=True)
-    return 2.0 * lipschitz / (int(n) * lam)
-
-
-def _positive_int(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise DpauditError(
-            f"The {name!r} parameter must be a positive integer. Got {value!r} instead."
-        )
-    return int(value)
+    return 2.0 * lipschitz / (n * lam)
 
 
 def multiparty_laplace_scale(
@@ -633,8 +619,8 @@ def multiparty_laplace_scale(
         by output perturbation.
     """
     lipschitz = check_in_interval("lipschitz", lipschitz, 0.0, math.inf, low_open=True)
-    m = _positive_int("parties", parties)
-    n1 = _positive_int("smallest_party_size", smallest_party_size)
+    m = check_integer("parties", parties, low=1)
+    n1 = check_integer("smallest_party_size", smallest_party_size, low=1)
     lam = check_in_interval("lam", lam, 0.0, math.inf, low_open=True, high_open=True)
     epsilon = check_in_interval("epsilon", epsilon, 0.0, math.inf, low_open=True)
     return 2.0 * lipschitz / (m * n1 * lam * epsilon)
@@ -664,9 +650,9 @@ def multiparty_gradient_perturbation_variance(
         (zCDP composition over T iterations, Bun, Steinke 2016).
     """
     lipschitz = check_in_interval("lipschitz", lipschitz, 0.0, math.inf, low_open=True)
-    m = _positive_int("parties", parties)
-    n1 = _positive_int("smallest_party_size", smallest_party_size)
-    t = _positive_int("steps", steps)
+    m = check_integer("parties", parties, low=1)
+    n1 = check_integer("smallest_party_size", smallest_party_size, low=1)
+    t = check_integer("steps", steps, low=1)
     epsilon = check_in_interval("epsilon", epsilon, 0.0, math.inf, low_open=True)
     delta = check_in_interval("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
     return 8.0 * lipschitz**2 * t * math.log(1.0 / delta) / (m**2 * n1**2 * epsilon**2)

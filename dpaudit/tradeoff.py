@@ -1,8 +1,9 @@
 """Empirical trade-off curves (type I vs type II error) and membership-inference metrics.
 
-Convention (docs/design.md, "Hypotheses and scores"): H0 = the output came from D (canary out, non-member), H1 = from
-D' (canary in, member). A score is larger when the attack believes H1. A threshold t
-rejects H0 when s ≥ t, so FPR(t) = P[s ≥ t | H0] and FNR(t) = P[s < t | H1].
+Convention (docs/design.md, "Hypotheses and scores"): H0 = the output came from D (canary
+out, non-member), H1 = from D' (canary in, member). A score is larger when the attack
+believes H1. A threshold t rejects H0 when s ≥ t, so FPR(t) = P[s ≥ t | H0] and
+FNR(t) = P[s < t | H1].
 """
 
 from __future__ import annotations

@@ -237,7 +237,7 @@ def test_refined_profile_theorem_2_1():
     [
         ({"noise_multiplier": 0.0}, r"The 'noise_multiplier' parameter must be in \(0, inf\)"),
         ({"sampling_rate": 1.5}, r"The 'sampling_rate' parameter must be in \(0, 1\]"),
-        ({"steps": 0}, r"The 'steps' parameter must be a positive integer"),
+        ({"steps": 0}, r"The 'steps' parameter must be an integer in \[1, inf\)\. Got 0 instead\."),
         ({"delta": 1.0}, r"The 'delta' parameter must be in \(0, 1\)"),
         ({"accountant": "prv"}, r"The 'accountant' parameter must be one of \{'pld', 'rdp'\}"),
     ],

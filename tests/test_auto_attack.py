@@ -129,7 +129,13 @@ def test_the_choice_never_reads_the_target():
 
 
 def test_auto_needs_four_reference_models():
-    with pytest.raises(DpauditError, match=r"'num_reference_models' .* integer >= 4"):
+    with pytest.raises(
+        DpauditError,
+        match=(
+            r"The 'num_reference_models' parameter must be an integer in "
+            r"\[4, inf\)\. Got 3 instead\."
+        ),
+    ):
         AutoAttack(num_reference_models=3)
 
 

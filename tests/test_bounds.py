@@ -253,15 +253,14 @@ def test_one_run_errors() -> None:
 def test_validity_check_has_power_against_an_uncorrected_maximum() -> None:
     # Control: the forbidden strategy (maximise per-threshold Clopper–Pearson bounds over all
     # thresholds on the same trials) must fail the same check, or the check proves nothing.
-    from dpaudit.bounds import _curve_bounds, _rate_level
+    from dpaudit.bounds import _rate_level
+    from dpaudit.threshold_search import full_scan
     from dpaudit.tradeoff import TradeoffCurve
 
     def uncorrected(neg, pos, **_):
         curve = TradeoffCurve.from_scores(neg, pos)
         level = _rate_level(0.95)
-        values, _, _ = _curve_bounds(
-            curve, level_fpr=level, level_fnr=level, parameter="mu", delta=0.0
-        )
+        values, _, _ = full_scan(curve, level_fpr=level, level_fnr=level, bound=mu_from_rates)
 
         class Max:
             value = float(values.max())

@@ -1,8 +1,9 @@
-"""The fast paths of bounds.py and tradeoff.py give exactly what they replaced.
+"""The fast paths of threshold_search.py, bounds.py and tradeoff.py give exactly what
+they replaced.
 
-``_best_threshold`` inverts the Beta distribution only at the counts where the best
+``best_threshold`` inverts the Beta distribution only at the counts where the best
 bound can be; these tests hold it, bit for bit (index, value and both rate limits), to
-the full scan of ``_curve_bounds`` followed by ``np.argmax`` (first maximiser), on
+the full scan of ``full_scan`` followed by ``np.argmax`` (first maximiser), on
 continuous, discrete, tied, null, separated and unbalanced samples. The same goes for
 the merged trade-off curve, DeLong's variance read off the curve, the ε and μ bounds
 computed together, and the normal quantile without scipy.stats.
@@ -23,23 +24,25 @@ from hypothesis.extra.numpy import arrays
 
 import dpaudit.bounds as bounds_module
 from dpaudit.bounds import (
-    LimitsCache,
-    _Best,
-    _best_threshold,
-    _bracketed_values,
-    _curve_bounds,
-    _first_pass,
-    _keep,
-    _MonotoneLimits,
+    _rate_bound,
     _rate_level,
-    _rate_values,
-    _unique,
     epsilon_and_mu_lower_bounds,
     epsilon_lower_bound,
     mu_lower_bound,
 )
 from dpaudit.errors import InsufficientTrialsError
 from dpaudit.stats import clopper_pearson_upper, normal_quantile
+from dpaudit.threshold_search import (
+    Best,
+    LimitsCache,
+    MonotoneLimits,
+    _bracketed_values,
+    _first_pass,
+    _keep,
+    _unique,
+    best_threshold,
+    full_scan,
+)
 from dpaudit.tradeoff import TradeoffCurve, delong_auc_variance, delong_auc_variance_from_curve
 
 Sampler = Callable[[np.random.Generator, int], tuple[np.ndarray, np.ndarray]]
@@ -57,7 +60,7 @@ SAMPLERS: dict[str, Sampler] = {
 
 
 def _full_scan(curve: TradeoffCurve, **kw: object) -> tuple[int, float, float, float]:
-    values, fpr_hi, fnr_hi = _curve_bounds(curve, **kw)  # type: ignore[arg-type]
+    values, fpr_hi, fnr_hi = full_scan(curve, **kw)  # type: ignore[arg-type]
     i = int(np.argmax(values))
     return i, float(values[i]), float(fpr_hi[i]), float(fnr_hi[i])
 
@@ -77,23 +80,24 @@ def test_pruned_search_equals_full_scan(
     kw = {
         "level_fpr": _rate_level(c, tests=neg.size + 1 if simultaneous else 1),
         "level_fnr": _rate_level(c, tests=pos.size + 1 if simultaneous else 1),
-        "parameter": parameter,
-        "delta": delta,
+        "bound": _rate_bound(parameter, delta),
     }
-    best = _best_threshold(curve, **kw)  # type: ignore[arg-type]
+    best = best_threshold(curve, **kw)  # type: ignore[arg-type]
     assert (best.index, best.value, best.fpr_high, best.fnr_high) == _full_scan(curve, **kw)
 
 
 def test_ties_go_to_the_first_threshold_as_argmax_does() -> None:
     # Every bound is 0 on a tiny null sample: the full scan's argmax is index 0 (+inf).
     curve = TradeoffCurve.from_scores([0.0, 1.0], [0.0, 1.0])
-    best = _best_threshold(curve, level_fpr=0.975, level_fnr=0.975, parameter="epsilon", delta=0.0)
+    best = best_threshold(
+        curve, level_fpr=0.975, level_fnr=0.975, bound=_rate_bound("epsilon", 0.0)
+    )
     assert (best.index, best.value) == (0, 0.0)
 
 
 def test_monotone_limits_bracket_and_compute_exactly() -> None:
     n, level = 100_000, 1 - 0.025 / 100_001
-    limits = _MonotoneLimits(n, level)
+    limits = MonotoneLimits(n, level)
     k = np.array([0, 1, 255, 256, 257, 5_000, 77_777, 99_999, n])
     low, high, exact = limits.bracket(k)
     truth = clopper_pearson_upper(k, n, level=level)
@@ -215,9 +219,10 @@ def test_bracketed_values_are_the_elementwise_values(parameter: str) -> None:
     cols = [np.repeat(rng.random(60), rng.integers(1, 5, 60)) for _ in range(4)]
     size = min(c.size for c in cols)
     fp_low, fp_high, fn_low, fn_high = (np.sort(c[:size]) for c in cols)
-    upper, lower = _bracketed_values(parameter, 1e-5, fp_low, fp_high, fn_low, fn_high[::-1])
-    want_upper = _rate_values(parameter, fp_low, fn_low, 1e-5)
-    want_lower = _rate_values(parameter, fp_high, fn_high[::-1], 1e-5)
+    bound = _rate_bound(parameter, 1e-5)
+    upper, lower = _bracketed_values(bound, fp_low, fp_high, fn_low, fn_high[::-1])
+    want_upper = bound(fp_low, fn_low)
+    want_lower = bound(fp_high, fn_high[::-1])
     assert upper.tobytes() == want_upper.tobytes()
     assert lower.tobytes() == want_lower.tobytes()
 
@@ -234,16 +239,15 @@ def test_searches_sharing_one_limits_table_equal_the_full_scan(sampler: str, n: 
         kw = {
             "level_fpr": _rate_level(0.95, tests=neg.size + 1),
             "level_fnr": _rate_level(0.95, tests=pos.size + 1),
-            "parameter": parameter,
-            "delta": delta,
+            "bound": _rate_bound(parameter, delta),
         }
-        best = _best_threshold(curve, cache=cache, **kw)  # type: ignore[arg-type]
+        best = best_threshold(curve, cache=cache, **kw)  # type: ignore[arg-type]
         assert (best.index, best.value, best.fpr_high, best.fnr_high) == _full_scan(curve, **kw)
 
 
-def _full_scan_best(curve: TradeoffCurve, **kw: object) -> _Best:
+def _full_scan_best(curve: TradeoffCurve, **kw: object) -> Best:
     kw.pop("cache", None)
-    return _Best(*_full_scan(curve, **kw))
+    return Best(*_full_scan(curve, **kw))
 
 
 @pytest.mark.parametrize("sampler", sorted(SAMPLERS))
@@ -270,7 +274,8 @@ def test_both_bounds_at_once_equal_each_alone_and_the_full_scan(
         together = [str(exc)]
     assert together == separately()
     # ... and both are what the full scan (one Beta inversion per threshold) gives.
-    monkeypatch.setattr(bounds_module, "_best_threshold", _full_scan_best)
+    # bounds.py calls best_threshold by the name it imported: patch that name.
+    monkeypatch.setattr(bounds_module, "best_threshold", _full_scan_best)
     assert together == separately()
 
 
@@ -298,14 +303,14 @@ def test_first_pass_over_runs_keeps_what_the_per_threshold_pass_keeps(
 ) -> None:
     neg, pos = SAMPLERS[sampler](np.random.default_rng([5, len(sampler)]), 20_000)
     curve = TradeoffCurve.from_scores(neg, pos)
-    fp_limits = _MonotoneLimits(curve.negatives, _rate_level(0.95, tests=neg.size + 1))
-    fn_limits = _MonotoneLimits(curve.positives, _rate_level(0.95, tests=pos.size + 1))
+    fp_limits = MonotoneLimits(curve.negatives, _rate_level(0.95, tests=neg.size + 1))
+    fn_limits = MonotoneLimits(curve.positives, _rate_level(0.95, tests=pos.size + 1))
     fp_low, fp_high, _ = fp_limits.bracket(curve.fp)
     fn_low, fn_high, _ = fn_limits.bracket(curve.fn)
-    upper = _rate_values(parameter, fp_low, fn_low, 1e-5)
-    keep = _keep(upper, float(_rate_values(parameter, fp_high, fn_high, 1e-5).max()))
+    bound = _rate_bound(parameter, 1e-5)
+    keep = _keep(bound(fp_low, fn_low), float(bound(fp_high, fn_high).max()))
     keep[0] = True
-    got = _first_pass(curve, fp_limits, fn_limits, parameter, 1e-5)
+    got = _first_pass(curve, fp_limits, fn_limits, bound)
     np.testing.assert_array_equal(got, np.flatnonzero(keep))
     assert got.size < curve.fp.size  # it prunes (else the test would prove little)
 
@@ -314,5 +319,6 @@ def test_first_pass_visits_every_threshold_of_a_curve_that_is_not_monotone() -> 
     curve = TradeoffCurve(
         np.array([np.inf, 2.0, 1.0]), np.array([0, 2, 1]), np.array([0, 1, 2]), 2, 2
     )
-    limits = _MonotoneLimits(2, 0.975)
-    np.testing.assert_array_equal(_first_pass(curve, limits, limits, "mu", 0.0), [0, 1, 2])
+    limits = MonotoneLimits(2, 0.975)
+    bound = _rate_bound("mu", 0.0)
+    np.testing.assert_array_equal(_first_pass(curve, limits, limits, bound), [0, 1, 2])

@@ -276,7 +276,12 @@ def test_coordinate_canary_indices_must_fit_the_model():
         (np.array([-1, 2]), np.array([True, True]), 0, "distinct integers >= 0"),
         (np.array([0, 1]), np.array([1, 0]), 0, "must be 2 booleans"),
         (np.array([0, 1]), np.array([True]), 0, r"Got dtype bool and shape \(1,\)"),
-        (np.array([0, 1]), np.array([True, False]), -1, "'seed' parameter must be an integer"),
+        (
+            np.array([0, 1]),
+            np.array([True, False]),
+            -1,
+            r"The 'seed' parameter must be an integer in \[0, inf\)\. Got -1 instead\.",
+        ),
     ],
 )
 def test_coordinate_canaries_validate_their_fields(indices, included, seed, match):

@@ -64,7 +64,7 @@ def test_an_audit_does_not_beat_the_ideal_on_average() -> None:
 
 
 def test_ideal_5d_laplace_spread_pair() -> None:
-    # The tracker's second Laplace pair: inputs differing by (1/5, …, 1/5), ε = 1. With
+    # The second 5-d Laplace pair: inputs differing by (1/5, …, 1/5), ε = 1. With
     # 10⁶ LLR draws per input the rates' sampling error (~1e-3 relative) is far below
     # the Clopper–Pearson width at 5·10⁴ trials.
     mech = vector_laplace(query=([0.0] * 5, [0.2] * 5), sensitivity=1.0, scale=1.0)
@@ -85,7 +85,13 @@ def test_ideal_mu_and_errors() -> None:
     assert b.to_dict()["parameter"] == "mu"
     with pytest.raises(DpauditError, match="'parameter' parameter must be one of"):
         ideal_lower_bound(neg, pos, trials=10, parameter="rho")
-    with pytest.raises(DpauditError, match="'trials' parameter must be a positive integer"):
+    with pytest.raises(
+        DpauditError,
+        match=r"The 'trials' parameter must be an integer in \[1, inf\)\. Got 0 instead\.",
+    ):
         ideal_lower_bound(neg, pos, trials=0)
-    with pytest.raises(DpauditError, match="'draws' parameter must be an integer >= 2"):
+    with pytest.raises(
+        DpauditError,
+        match=r"The 'draws' parameter must be an integer in \[2, inf\)\. Got 1 instead\.",
+    ):
         ideal_for_mechanism(k_randomized_response(k=3, epsilon=1.0), trials=10, draws=1)

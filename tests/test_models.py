@@ -134,9 +134,15 @@ def test_bad_inputs_raise_clear_errors():
         ModelSpec(kind="cnn")
     with pytest.raises(DpauditError, match="The 'activation' parameter must be one of"):
         ModelSpec(activation="swish")
-    with pytest.raises(DpauditError, match="The 'hidden' parameter must be a tuple of positive"):
+    with pytest.raises(
+        DpauditError,
+        match=r"The 'hidden\[0\]' parameter must be an integer in \[1, inf\)\. Got 0 instead\.",
+    ):
         ModelSpec(hidden=(0,))
-    with pytest.raises(DpauditError, match="The 'num_classes' parameter must be an integer >= 2"):
+    with pytest.raises(
+        DpauditError,
+        match=r"The 'num_classes' parameter must be an integer in \[2, inf\)\. Got 1 instead\.",
+    ):
         ModelStack.init(SPECS[0], num_models=1, num_features=2, num_classes=1, seed=0)
     stack = _stack()
     with pytest.raises(DataError, match=r"The 'X' parameter must have shape \(m, 6\)"):

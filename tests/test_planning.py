@@ -136,7 +136,10 @@ def test_plan_trials_unreachable_target() -> None:
         plan_trials(0.5, tradeoff="gaussian")
     with pytest.raises(DpauditError, match="needs 'mechanism_epsilon'"):
         plan_trials(0.5)
-    with pytest.raises(DpauditError, match="'negatives' parameter must be an integer"):
+    with pytest.raises(
+        DpauditError,
+        match=r"The 'negatives' parameter must be an integer in \[1, inf\)\. Got 0 instead\.",
+    ):
         multi_run_limit(0)
 
 

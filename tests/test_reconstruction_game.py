@@ -100,7 +100,10 @@ def test_lower_bound_round_trip_and_edges() -> None:
     assert identification_epsilon_lower_bound(50, 50, candidates=4, delta=0.0).value > 0
     chance = identification_epsilon_lower_bound(100, 1000, candidates=10, delta=0.0)
     assert chance.value == 0.0  # 10 % correct out of 10 candidates proves nothing
-    with pytest.raises(DpauditError, match="'candidates' parameter must be at least 2"):
+    with pytest.raises(
+        DpauditError,
+        match=r"The 'candidates' parameter must be an integer in \[2, inf\)\. Got 1 instead\.",
+    ):
         identification_epsilon_lower_bound(1, 2, candidates=1, delta=0.0)
     with pytest.raises(DpauditError, match="'k' parameter must be in"):
         identification_epsilon_lower_bound(3, 2, candidates=3, delta=0.0)

@@ -148,7 +148,13 @@ def test_invalid_parameters() -> None:
         rmia_scores(*args, np.zeros((1, 3)), np.zeros((2, 3)), variant="both")  # type: ignore[arg-type]
     with pytest.raises(DataError, match="at least one population sample"):
         rmia_scores(*args, np.zeros((1, 0)), np.zeros((2, 0)))
-    with pytest.raises(DpauditError, match="'population_samples' parameter must be an integer"):
+    with pytest.raises(
+        DpauditError,
+        match=(
+            r"The 'population_samples' parameter must be an integer in "
+            r"\[1, inf\)\. Got 0 instead\."
+        ),
+    ):
         RmiaAttack(population_samples=0)
     with pytest.raises(DpauditError, match="'gamma' parameter must be a number > 0"):
         RmiaAttack(gamma=-1)

@@ -59,13 +59,19 @@ def test_vectorised_upper_matches_scalar() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"k": -1, "n": 10}, r"'k' parameter must be in \[0, n\]"),
+        (
+            {"k": -1, "n": 10},
+            r"The 'k' parameter must be an integer in \[0, inf\)\. Got -1 instead\.",
+        ),
         ({"k": 11, "n": 10}, r"'k' parameter must be in \[0, n\] = \[0, 10\]. Got 11"),
-        ({"k": 0, "n": 0}, r"'n' parameter must be at least 1"),
+        ({"k": 0, "n": 0}, r"The 'n' parameter must be an integer in \[1, inf\)\. Got 0 instead\."),
         ({"k": 1, "n": 10, "confidence_level": 1.0}, r"'confidence_level' .* \(0, 1\). Got 1.0"),
         ({"k": 1, "n": 10, "confidence_level": 0.0}, r"'confidence_level'"),
         ({"k": 1, "n": 10, "alternative": "both"}, r"'alternative' parameter must be one of"),
-        ({"k": 1.5, "n": 10}, r"'k' parameter must be an integer"),
+        (
+            {"k": 1.5, "n": 10},
+            r"The 'k' parameter must be an integer in \[0, inf\)\. Got 1\.5 instead\.",
+        ),
     ],
 )
 def test_errors(kwargs: dict, match: str) -> None:

@@ -302,7 +302,10 @@ def test_output_perturbation_and_jayaraman():
         lipschitz=1.0, parties=5, smallest_party_size=200, steps=100, epsilon=1.0, delta=1e-5
     )
     assert var == pytest.approx(8 * 100 * math.log(1e5) / (25 * 200**2))
-    with pytest.raises(DpauditError, match="The 'parties' parameter must be a positive integer"):
+    with pytest.raises(
+        DpauditError,
+        match=r"The 'parties' parameter must be an integer in \[1, inf\)\. Got 0 instead\.",
+    ):
         theory.multiparty_laplace_scale(
             lipschitz=1.0, parties=0, smallest_party_size=200, lam=0.01, epsilon=0.5
         )

@@ -401,7 +401,10 @@ def test_bad_inputs_raise_clear_errors():
         DPConfig(noise_multiplier=-1.0, clipping_norm=1.0)
     with pytest.raises(ConfigError, match=r"The 'clipping_norm' parameter must be in \(0, inf\)"):
         DPConfig(noise_multiplier=1.0, clipping_norm=0.0)
-    with pytest.raises(ConfigError, match="The 'epochs' parameter must be an integer >= 1"):
+    with pytest.raises(
+        ConfigError,
+        match=r"The 'epochs' parameter must be an integer in \[1, inf\)\. Got 0 instead\.",
+    ):
         TrainingSpec(epochs=0)
     with pytest.raises(ConfigError, match=r"The 'momentum' parameter must be in \[0, 1\)"):
         TrainingSpec(momentum=1.0)

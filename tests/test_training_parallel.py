@@ -266,7 +266,7 @@ def test_auto_is_one_process_inside_a_worker(monkeypatch) -> None:
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2", 2.0])
 def test_bad_processes_values_are_clear_errors(bad) -> None:
     with pytest.raises(
-        DpauditError, match=r"The 'processes' parameter must be a positive integer or None"
+        DpauditError, match=r"The 'processes' parameter must be an integer in \[1, inf\)\. Got "
     ):
         _train(bad)
     with pytest.raises(DpauditError, match=f"Got {bad!r} instead"):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 
-from dpaudit.errors import DataError, DpauditError
+from dpaudit.errors import DataError, check_integer
 
 if TYPE_CHECKING:
     from dpaudit.models import ModelSpec, ModelStack
@@ -136,11 +136,8 @@ class MembershipAttack(ABC):
 
 
 def check_int(name: str, value: Any, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise DpauditError(
-            f"The {name!r} parameter must be an integer >= {minimum}. Got {value!r} instead."
-        )
-    return int(value)
+    """:func:`~dpaudit.errors.check_integer` with a lower end (the attacks' spelling)."""
+    return check_integer(name, value, low=minimum)
 
 
 def audited_arrays(X: Any, y: Any, num_features: int) -> tuple[np.ndarray, np.ndarray]:

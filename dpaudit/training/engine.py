@@ -37,7 +37,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import torch
 
-from dpaudit.errors import ConfigError, DataError, DpauditError
+from dpaudit.errors import ConfigError, DataError, check_integer
 from dpaudit.models import (
     PURPOSE_CANARY,
     PURPOSE_NOISE,
@@ -1339,23 +1339,8 @@ def run_engine(
 def _check_common(training: Any, memory_budget_bytes: Any, model_offset: Any) -> None:
     if not isinstance(training, TrainingSpec):
         raise ConfigError(f"The 'training' parameter must be a TrainingSpec. Got {training!r}.")
-    if (
-        isinstance(memory_budget_bytes, bool)
-        or not isinstance(memory_budget_bytes, int | np.integer)
-        or memory_budget_bytes < 1
-    ):
-        raise DpauditError(
-            "The 'memory_budget_bytes' parameter must be a positive integer. "
-            f"Got {memory_budget_bytes!r} instead."
-        )
-    if (
-        isinstance(model_offset, bool)
-        or not isinstance(model_offset, int | np.integer)
-        or model_offset < 0
-    ):
-        raise DpauditError(
-            f"The 'model_offset' parameter must be an integer >= 0. Got {model_offset!r} instead."
-        )
+    check_integer("memory_budget_bytes", memory_budget_bytes, low=1)
+    check_integer("model_offset", model_offset, low=0)
 
 
 def train_many(

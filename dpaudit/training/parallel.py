@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpaudit.errors import ConfigError, DpauditError
+from dpaudit.errors import ConfigError, DpauditError, check_integer
 from dpaudit.models import ModelSpec, ModelStack
 from dpaudit.recipes import sampling_plan
 from dpaudit.records import DPSGDRecord
@@ -107,12 +107,7 @@ def check_processes(processes: Any) -> int | None:
     """
     if processes is None:
         return None
-    if isinstance(processes, bool) or not isinstance(processes, int | np.integer) or processes < 1:
-        raise DpauditError(
-            "The 'processes' parameter must be a positive integer or None (one per "
-            f"available core, within what the run pays for). Got {processes!r} instead."
-        )
-    return int(processes)
+    return check_integer("processes", processes, low=1)
 
 
 def available_cores() -> int:

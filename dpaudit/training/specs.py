@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from dpaudit.errors import ConfigError, DpauditError, check_in_interval
+from dpaudit.errors import ConfigError, DpauditError, check_in_interval, check_integer
 from dpaudit.records import DPSGDRecord
 
 if TYPE_CHECKING:
@@ -34,11 +34,11 @@ def _check_interval(name: str, value: Any, low: float, high: float, **kwargs: bo
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-        raise ConfigError(
-            f"The {name!r} parameter must be an integer >= {low}. Got {value!r} instead."
-        )
-    return int(value)
+    # As _check_interval: the shared integer checker, raised as a ConfigError.
+    try:
+        return check_integer(name, value, low=low)
+    except DpauditError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @dataclass(frozen=True)
