@@ -14,7 +14,8 @@ import platform
 import socket
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -30,8 +31,17 @@ from dpaudit.executors import UnitStats, run_units
 from dpaudit.gate import evaluate_gate
 from dpaudit.kinds import get_kind
 from dpaudit.kinds.base import KindSummary, UnitPlan, VerdictBudget, check_spending
+from dpaudit.report import render_report
 from dpaudit.results import AuditResult
-from dpaudit.store import RunStore, atomic_write_json, atomic_write_text
+from dpaudit.store import (
+    RunDirectoryBusy,
+    RunLock,
+    RunStore,
+    UnitRejected,
+    atomic_write_json,
+    atomic_write_text,
+    remove_outputs,
+)
 
 #: Progress callback: (description, total units, units just finished).
 Progress = Callable[[str, int, int], None]
@@ -181,6 +191,41 @@ def run_audit(
     t0 = time.perf_counter()
     check_runnable(config)
     check_environment(config, run_dir)
+    with _locked(run_dir):
+        if write:
+            # From here on nothing in the folder may pass for this run's result: the
+            # previous results.json and report.html go before any work (a run that then
+            # fails leaves no verdict behind), and so do temporary files of killed runs.
+            remove_outputs(run_dir)
+        result = _run_locked(config, run_dir, progress, log, started, t0)
+        if write:
+            write_outputs(result, run_dir, html=config.report.html)
+    return result
+
+
+@contextmanager
+def _locked(run_dir: Path) -> Iterator[None]:
+    """Hold the run directory's lock; a second run on the same folder exits 2, naming the
+    run that holds it (:class:`dpaudit.store.RunLock`)."""
+    try:
+        with RunLock(run_dir):
+            yield
+    except RunDirectoryBusy as exc:
+        raise DpauditError(
+            f"the run directory {str(run_dir)!r} is in use by another dpaudit run "
+            f"({exc.holder}); wait for it to finish, or give this run another --output-dir"
+        ) from None
+
+
+def _run_locked(
+    config: AuditConfig,
+    run_dir: Path,
+    progress: Progress | None,
+    log: Callable[[str], None] | None,
+    started: datetime,
+    t0: float,
+) -> AuditResult:
+    """Steps 1–4 of :func:`run_audit`, with the run directory's lock held."""
     stored = _compute_units(config, run_dir, progress, log)
     budget, counts = _allocate_budget(config, stored)
     summaries = _summarise(config, stored, budget, counts)
@@ -205,7 +250,11 @@ def run_audit(
         "started": started.isoformat(timespec="seconds"),
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
         "timings_seconds": timings,
-        "units": {name: {**st.stats.to_dict(), "key": st.key} for name, st in stored.items()},
+        "units": {
+            name: {**st.stats.to_dict(), "key": st.key, "digests": st.digests}
+            for name, st in stored.items()
+        },
+        "audit_file": None if config.source is None else str(config.source),
         "verdict_budget": {
             "confidence_level": budget.confidence_level,
             "comparisons": budget.comparisons,
@@ -240,10 +289,9 @@ def run_audit(
             f"gate: {c.message}"
             for c in kind_checks
             if c.status == "failed" and not config.gate.fail_on_violation
-        ),
+        )
+        + tuple(w for st in stored.values() for w in st.rejected),
     )
-    if write:
-        write_outputs(result, run_dir, html=config.report.html)
     return result
 
 
@@ -255,6 +303,10 @@ class _Stored:
     stats: UnitStats
     key: str
     seconds: float
+    #: Each unit's digest (:func:`dpaudit.store.unit_digest`), as read back and checked.
+    digests: dict[str, str]
+    #: One line per stored unit that failed its integrity check and was computed again.
+    rejected: tuple[str, ...] = ()
 
 
 def _compute_units(
@@ -271,13 +323,40 @@ def _compute_units(
         plan = get_kind(name).plan(config.section(name), context)
         key = plan.key(name)
         store = RunStore(run_dir, key)
-        reused = len(set(plan.units) & store.finished())
-        if log is not None and reused:
-            log(f"{name}: reused {reused} of {len(plan.units)} units from {store.units_dir}")
+        outputs, digests, rejected = _read_stored(name, plan.units, store, log)
+        if log is not None and outputs:
+            log(f"{name}: reused {len(outputs)} of {len(plan.units)} units from {store.units_dir}")
         stats = _run_plan(config, plan, store, progress)
-        outputs = {u: store.load(u) for u in plan.units}
-        stored[name] = _Stored(outputs, stats, key, time.perf_counter() - t0)
+        for unit in plan.units:
+            if unit not in outputs:  # computed just now
+                outputs[unit], digests[unit] = store.load_verified(unit)
+        outputs = {u: outputs[u] for u in plan.units}
+        digests = {u: digests[u] for u in plan.units}
+        stored[name] = _Stored(outputs, stats, key, time.perf_counter() - t0, digests, rejected)
     return stored
+
+
+def _read_stored(
+    name: str, units: tuple[str, ...], store: RunStore, log: Callable[[str], None] | None
+) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, str], tuple[str, ...]]:
+    """The kind's stored units that pass their integrity check; the others are named,
+    moved aside and left for the executor to compute again (never trusted)."""
+    outputs: dict[str, dict[str, np.ndarray]] = {}
+    digests: dict[str, str] = {}
+    rejected = []
+    for unit in sorted(set(units) & store.finished(), key=units.index):
+        try:
+            outputs[unit], digests[unit] = store.load_verified(unit)
+        except UnitRejected as exc:
+            aside = store.reject(unit)
+            line = (
+                f"{name}: stored unit {unit} was not used: {exc.reason}; it was moved to "
+                f"{aside.name} and computed again"
+            )
+            rejected.append(line)
+            if log is not None:
+                log(line)
+    return outputs, digests, tuple(rejected)
 
 
 @dataclass(frozen=True)
@@ -399,11 +478,15 @@ def write_outputs(result: AuditResult, run_dir: Path, *, html: bool = True) -> N
             directory keeps every unit, so the same command resumes and only writes again.
     """
     try:
-        atomic_write_json(run_dir / "results.json", result.to_dict())
+        # The report first, results.json last: results.json is what marks a finished run,
+        # so a run killed between the two renames leaves no result that a stale report
+        # could contradict (the next run removes the orphaned report).
+        data = result.to_dict()
         if html:
-            from dpaudit.report import render_report
-
-            atomic_write_text(run_dir / "report.html", render_report(result.to_dict()))
+            atomic_write_text(run_dir / "report.html", render_report(data))
+        else:
+            (run_dir / "report.html").unlink(missing_ok=True)
+        atomic_write_json(run_dir / "results.json", data)
     except OSError as exc:
         raise DpauditError(
             f"cannot write the results into {str(run_dir)!r}: {exc.strerror or exc}; every "

@@ -10,11 +10,21 @@ Only what a command needs is imported, when it needs it: ``--help``, ``--version
 
 from __future__ import annotations
 
+import json
+import logging
+import math
+import os
+import signal
+import subprocess
 import sys
+import threading
 import time
-from contextlib import contextmanager
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager, suppress
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
+from xml.etree import ElementTree as ET
 
 import typer
 from rich.console import Console
@@ -30,8 +40,16 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
-from dpaudit.errors import DpauditError
+from dpaudit._version import __version__
+from dpaudit.config import check_runnable, load_config
+from dpaudit.errors import DpauditError, check_in_interval
+from dpaudit.kinds import kind_names
+from dpaudit.plugins import guard_user_exit, interrupt_handler
+from dpaudit.recipes import sampling_plan, steps_from_rate
+from dpaudit.safe_text import ASCII_ERRORS, for_xml, one_line
+from dpaudit.store import LOCK_NAME, atomic_write_bytes, atomic_write_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -52,8 +70,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-console = Console(highlight=False, soft_wrap=True)
+# No emoji codes and no markup in what users wrote: ":train:" in a trainer's name stays text.
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+console = Console(highlight=False, soft_wrap=True, emoji=False)
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -62,15 +81,58 @@ EXIT_INTERRUPTED = 130
 
 
 def fail(message: str) -> typer.Exit:
-    """Print one error line to stderr and return the exit to raise (code 2)."""
-    err_console.print(f"error: {message}", markup=False)
+    """Print one error line to stderr and return the exit to raise (code 2).
+
+    The message is made one safe line (control characters shown as escapes, cut to a
+    readable length): it may echo a value from the audit file or a plug-in's text.
+    """
+    err_console.print(f"error: {one_line(message)}", markup=False)
     return typer.Exit(EXIT_BAD_INPUT)
+
+
+def _say(line: str) -> None:
+    err_console.print(one_line(line), markup=False)
+
+
+@contextmanager
+def _user_code(run_dir: Path | None = None) -> Iterator[None]:
+    """Turn what user code can throw at a command into the exit-code contract.
+
+    Inside, dpaudit runs plug-ins, brought models and data readers. Whatever they raise
+    ends as exit 2 with one line (a :class:`DpauditError` with its own message, an
+    ``OSError`` naming the file, ``SystemExit`` / ``EOFError`` / a ``KeyboardInterrupt``
+    raised by code as "user code cannot end a run", a dead worker process), except a real
+    Ctrl-C, which is exit 130 and says the finished units are kept.
+    """
+    kept = f"every finished unit is kept in {run_dir}; " if run_dir is not None else ""
+    try:
+        yield
+    except DpauditError as exc:
+        raise fail(str(exc)) from None
+    except BrokenProcessPool:
+        raise fail(
+            f"a worker process died while computing units (user code may have called "
+            f"os._exit() or crashed the interpreter); {kept}the same command resumes"
+        ) from None
+    except OSError as exc:  # disk full, permissions, ... while the run was under way
+        where = exc.filename or run_dir or "the run"
+        raise fail(
+            f"{where}: {exc.strerror or exc}; {kept}fix this, then run the same command again"
+        ) from None
+    except typer.Exit:
+        raise
+    except BaseException as exc:
+        converted = guard_user_exit(exc, "user code run by this audit (a plug-in or model)")
+        if isinstance(converted, KeyboardInterrupt):
+            _say(f"interrupted: {kept}run the same command again to resume")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        if converted is not exc:
+            raise fail(str(converted)) from None
+        raise
 
 
 def _version(value: bool) -> None:
     if value:
-        from dpaudit._version import __version__
-
         console.print(f"dpaudit {__version__}", markup=False)
         raise typer.Exit(EXIT_OK)
 
@@ -178,7 +240,7 @@ def _duration(seconds: float) -> str:
 def _summary(result: AuditResult) -> None:
     from dpaudit.bounds import EpsilonBound
 
-    table = Table(title=f"dpaudit: {result.name}", title_justify="left")
+    table = Table(title=Text(one_line(f"dpaudit: {result.name}")), title_justify="left")
     table.add_column("test", ratio=1, overflow="fold")
     table.add_column("bound", no_wrap=True)
     for col in ("lower", "upper", "tightness"):
@@ -194,7 +256,9 @@ def _summary(result: AuditResult) -> None:
         name = f"ε δ={c.lower.delta:g}" if isinstance(c.lower, EpsilonBound) else "μ"
         mark = " [bold red]VIOLATION[/]" if c.violation else ""
         validity = c.lower.validity.replace("rigorous-", "rigorous, ")
-        table.add_row(c.test, name, f"{c.lower.value:.4g}{mark}", upper, tight, validity)
+        table.add_row(
+            Text(one_line(c.test)), name, f"{c.lower.value:.4g}{mark}", upper, tight, validity
+        )
     console.print(table)
     if hidden:
         console.print(f"({hidden} informational bounds outside the verdict are in the report)")
@@ -207,36 +271,53 @@ def _summary(result: AuditResult) -> None:
             else "[green]pass[/]"
         )
         # The message is text ("[gate] on_unmeasured", a user's label), not markup.
-        console.print(f"{status} {check.name}: {escape(check.message)}", highlight=False)
+        message = escape(one_line(check.message))
+        console.print(f"{status} {escape(one_line(check.name))}: {message}", highlight=False)
     for w in result.warnings:
-        console.print(f"[yellow]warning[/]: {escape(w)}")
+        console.print(f"[yellow]warning[/]: {escape(one_line(w))}")
     colour = "green" if result.verdict == "pass" else "bold red"
     run_dir = Path(str(result.provenance.get("run_dir")))
     console.print(f"verdict: [{colour}]{result.verdict}[/] (privacy: {result.privacy_verdict})")
-    console.print(f"results: {run_dir / 'results.json'}", markup=False)
+    console.print(one_line(f"results: {run_dir / 'results.json'}"), markup=False)
     if (run_dir / "report.html").is_file():
-        console.print(f"report: {run_dir / 'report.html'}", markup=False)
+        console.print(one_line(f"report: {run_dir / 'report.html'}"), markup=False)
+
+
+def _check_junit_path(junit: Path, run_dir: Path, audit_file: Path) -> None:
+    """``--junit`` may not overwrite the audit file or anything in the run directory."""
+    if junit == audit_file:
+        raise fail(f"--junit {junit} is the audit file itself; give another path")
+    owned = (run_dir, run_dir / "results.json", run_dir / "report.html", run_dir / LOCK_NAME)
+    if junit in owned or run_dir / "units" in junit.parents or junit.name.endswith(".tmp"):
+        raise fail(
+            f"--junit {junit} would overwrite a file of the run directory {run_dir} "
+            "(results.json, report.html, units, the lock); give another path"
+        )
+    if junit.is_dir():
+        raise fail(f"--junit {junit} is a folder; give a file path")
 
 
 def write_junit(result: AuditResult, path: Path) -> None:
-    """Write the gate checks as a JUnit XML test suite (one test case per check)."""
-    from xml.etree import ElementTree as ET
+    """Write the gate checks as a JUnit XML test suite (one test case per check).
 
-    from dpaudit.store import atomic_write_bytes
+    Every string is made safe for XML (:func:`dpaudit.safe_text.for_xml`): an audit name
+    or message with control characters still gives a file every CI system can parse.
+    """
 
     failures = sum(not c.passed for c in result.checks)
+    name = for_xml(f"dpaudit.{result.name}")
     suite = ET.Element(
         "testsuite",
-        name=f"dpaudit.{result.name}",
+        name=name,
         tests=str(len(result.checks)),
         failures=str(failures),
         errors="0",
     )
     for check in result.checks:
-        case = ET.SubElement(suite, "testcase", classname=f"dpaudit.{result.name}", name=check.name)
+        case = ET.SubElement(suite, "testcase", classname=name, name=for_xml(check.name))
         if not check.passed:
-            failure = ET.SubElement(case, "failure", message=check.message)
-            failure.text = f"value={check.value} limit={check.limit}"
+            failure = ET.SubElement(case, "failure", message=for_xml(check.message))
+            failure.text = for_xml(f"value={check.value} limit={check.limit}")
     atomic_write_bytes(path, ET.tostring(suite, encoding="utf-8", xml_declaration=True))
 
 
@@ -254,54 +335,40 @@ def run_command(
 ) -> None:
     """Run an audit; exit 0 if every gate check passed, 1 if one failed, 2 on bad input."""
     from dpaudit.audit import default_run_dir, run_audit
-    from dpaudit.config import load_config
 
-    try:
+    with _user_code():
         config = load_config(file)
-    except DpauditError as exc:
-        raise fail(str(exc)) from None
-    run_dir = output_dir if output_dir is not None else default_run_dir(config)
-    say = None if quiet else (lambda line: err_console.print(line, markup=False))
-    try:
-        with _progress(quiet) as progress:
-            result = run_audit(config, output_dir=run_dir, progress=progress, log=say)
-    except DpauditError as exc:
-        raise fail(str(exc)) from None
-    except OSError as exc:  # disk full, permissions, ... while the run was under way
-        where = exc.filename or run_dir
-        raise fail(
-            f"{where}: {exc.strerror or exc}; every finished unit is kept in {run_dir}: "
-            "fix this, then run the same command again to resume"
-        ) from None
-    except KeyboardInterrupt:
-        err_console.print(
-            f"interrupted: every finished unit is kept in {run_dir}; run the same command "
-            "again to resume",
-            markup=False,
-        )
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    # Resolved once, before any user code runs: a plug-in that changes the working
+    # directory cannot move where the results are written.
+    run_dir = (output_dir if output_dir is not None else default_run_dir(config)).resolve()
+    junit = None if junit is None else junit.resolve()
+    if junit is not None:
+        _check_junit_path(junit, run_dir, file.resolve())
+    say = None if quiet else _say
+    with _user_code(run_dir), _progress(quiet) as progress:
+        result = run_audit(config, output_dir=run_dir, progress=progress, log=say)
     if junit is not None:
         write_junit(result, junit)
     if not quiet:
         _summary(result)
     elif result.verdict != "pass":
         for check in result.failed_checks:
-            err_console.print(f"FAIL {check.name}: {check.message}", markup=False)
+            _say(f"FAIL {check.name}: {check.message}")
     raise typer.Exit(EXIT_OK if result.verdict == "pass" else EXIT_CHECK_FAILED)
 
 
 @app.command("validate")
 def validate_command(file: Annotated[Path, typer.Argument(help="The audit file (TOML).")]) -> None:
     """Check an audit file without running it (exit 0 valid, 2 invalid)."""
-    from dpaudit.config import check_runnable, load_config
 
-    try:
+    with _user_code():
         config = load_config(file)
         check_runnable(config)
-    except DpauditError as exc:
-        raise fail(str(exc)) from None
     console.print(
-        f"{file}: valid ({', '.join(config.audit.kinds)}; config hash {config.config_hash()})"
+        one_line(
+            f"{file}: valid ({', '.join(config.audit.kinds)}; config hash {config.config_hash()})"
+        ),
+        markup=False,
     )
 
 
@@ -341,12 +408,8 @@ def account(
     Full batch (q = 1) is T compositions of the Gaussian mechanism: ρ = T/(2σ²)-zCDP
     (Bun, Steinke 2016, Prop. 1.6 and Lemma 2.3). A subsampled Gaussian has no such ρ.
     """
-    import json
-    import math
 
     from dpaudit import accounting, theory
-    from dpaudit.errors import check_in_interval
-    from dpaudit.recipes import sampling_plan, steps_from_rate
 
     if (sampling_rate is None) == (batch_size is None and dataset_size is None):
         raise fail("Give either --sampling-rate or both --batch-size and --dataset-size.")
@@ -440,7 +503,6 @@ def _print_composition_comparison(
     noise_multiplier: float, sampling_rate: float, steps: int, delta: float, *, as_json: bool
 ) -> None:
     """``dpaudit account --compare``: the composition table (dpaudit.composition)."""
-    import json
 
     from dpaudit.composition import compare, format_markdown
 
@@ -498,7 +560,6 @@ def plan_command(
     With AUDIT_FILE, its kind (mechanism or dpsgd) is run twice on a few trials in a
     temporary folder and the expected wall time of the planned audit is extrapolated.
     """
-    import json
 
     from dpaudit.planning import ideal_guess_accuracy, plan_one_run, plan_trials
 
@@ -601,7 +662,6 @@ _CALIBRATION = {"mechanism": (20_000, 100_000)}
 
 def _measure(path: Path, kind: str | None) -> TrialCost:
     from dpaudit.audit import measure_trial_cost
-    from dpaudit.config import load_config
 
     config = load_config(path)
     name = kind or config.audit.kinds[0]
@@ -627,11 +687,9 @@ def report_command(
     run_dir: Annotated[Path, typer.Argument(help="A run directory holding results.json.")],
 ) -> None:
     """Re-render RUN_DIR/report.html from RUN_DIR/results.json (exit 2 if missing/invalid)."""
-    import json
 
     from dpaudit.report import render_report
     from dpaudit.schemas import validate_results
-    from dpaudit.store import atomic_write_text
 
     path = run_dir / "results.json"
     if not path.is_file():
@@ -652,7 +710,6 @@ def report_command(
 
 
 def _init_kinds() -> tuple[str, ...]:
-    from dpaudit.kinds import kind_names
 
     return kind_names()
 
@@ -668,7 +725,6 @@ def init_command(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented example audit file that runs as written."""
-    from importlib import resources
 
     kinds = _init_kinds()
     if kind not in kinds:
@@ -680,31 +736,155 @@ def init_command(
     console.print(f"wrote {output}; run it with: dpaudit run {output}", markup=False)
 
 
+#: Commands that run user code: the console script runs them in a child process it
+#: watches, so that user code that kills its process (``os._exit``) is still reported.
+SUPERVISED = ("run", "validate", "verify")
+_CHILD = "DPAUDIT_SUPERVISED_FD"
+
+
+def _ascii_if_needed() -> None:
+    """Streams that cannot encode the field's letters write them by name (ε → eps), so a
+    run never fails after its work because of the terminal's encoding."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None) or "ascii"
+        try:
+            "εμδσ≥−…".encode(encoding)
+        except (UnicodeEncodeError, LookupError):
+            reconfigure = getattr(stream, "reconfigure", None)
+            if reconfigure is not None:
+                reconfigure(errors=ASCII_ERRORS)
+
+
+def _supervise(argv: list[str]) -> int:
+    """Run ``dpaudit ARGV`` in a child process and return the exit code to use.
+
+    The child reports the exit code it chose through a pipe just before it exits. A child
+    that ends without reporting (``os._exit`` in a plug-in, a crash of the interpreter, a
+    signal) did not finish its command: that is exit 2 with one line, never the child's
+    own code (``os._exit(0)`` must not read as "every gate check passed").
+    """
+    read, write = os.pipe()
+    # The child holds the read end of `alive`: when this process ends, however it ends
+    # (kill -9 included), the child reads EOF and ends too, as one process would.
+    alive_read, alive_write = os.pipe()
+    env = {**os.environ, _CHILD: f"{write},{alive_read}"}
+    child: subprocess.Popen[bytes] | None = None
+
+    def forward(signum: int, frame: object) -> None:
+        # A terminal's Ctrl-C reaches both processes; a SIGINT sent to this one alone
+        # (kill -INT) is passed on. The child ignores a second one that arrives at once.
+        if child is not None:
+            child.send_signal(signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, forward)
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "dpaudit.cli", *argv],
+            env=env,
+            pass_fds=(write, alive_read),
+        )
+        os.close(write)
+        os.close(alive_read)
+        with os.fdopen(read, "rb") as pipe:
+            reported = pipe.read()
+        status = child.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        os.close(alive_write)
+    if reported.strip().isdigit():
+        return int(reported)
+    how = f"was killed by signal {-status}" if status < 0 else f"ended with status {status}"
+    err_console.print(
+        f"error: the dpaudit process {how} without finishing its command (an uncaught error "
+        "shown above, or user code that called os._exit() or crashed the interpreter); "
+        "nothing was decided, the finished units are kept and the same command resumes",
+        markup=False,
+    )
+    return EXIT_BAD_INPUT
+
+
+def _child_fds() -> tuple[int, int] | None:
+    """In a supervised child: (the fd to report the exit code on, the parent's alive fd)."""
+    value = os.environ.get(_CHILD)
+    if value is None:
+        return None
+    try:
+        report, alive = (int(x) for x in value.split(","))
+    except ValueError:
+        return None
+    return report, alive
+
+
+def _end_with_parent(alive: int) -> None:
+    """End this process when the supervising parent ends (EOF on its pipe)."""
+
+    def watch() -> None:
+        with suppress(OSError):
+            os.read(alive, 1)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="dpaudit-parent-watch", daemon=True).start()
+
+
+def _report_exit(code: int) -> None:
+    """In a supervised child, tell the parent which exit code this process chose."""
+    fds = _child_fds()
+    if fds is None:
+        return
+    try:
+        os.write(fds[0], str(code).encode())
+        os.close(fds[0])
+    except OSError:
+        pass
+
+
 def main() -> None:
     """Console-script entry point."""
-    import logging
+    _ascii_if_needed()
+    argv = sys.argv[1:]
+    if argv and argv[0] in SUPERVISED and _CHILD not in os.environ and hasattr(os, "pipe"):
+        sys.exit(_supervise(argv))
+    fds = _child_fds()
+    if fds is not None:
+        _end_with_parent(fds[1])
+    code = _main()
+    _report_exit(code)
+    sys.exit(code)
 
+
+def _main() -> int:
+    """Run the app in this process; the exit code it chose."""
     # dp-accounting's RDP code logs every order it drops while calibrating noise; the
     # accountant's answer is what matters on a terminal.
     logging.getLogger("absl").setLevel(logging.ERROR)
-    import os
-
+    signal.signal(signal.SIGINT, interrupt_handler)
     try:
         app()
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            return EXIT_OK
+        if isinstance(code, int):
+            return code
+        err_console.print(one_line(code), markup=False)
+        return EXIT_BAD_INPUT
     except DpauditError as exc:  # a user mistake that escaped a command: one line, exit 2
-        err_console.print(f"error: {exc}", markup=False)
-        sys.exit(EXIT_BAD_INPUT)
+        err_console.print(f"error: {one_line(exc)}", markup=False)
+        return EXIT_BAD_INPUT
     except Exception as exc:
         # Exit 1 means "a gate check failed": a crash (in a plug-in, or a bug in dpaudit)
         # must never read as that. One line, exit 2; the traceback on request.
         if os.environ.get("DPAUDIT_TRACEBACK"):
             raise
         err_console.print(
-            f"error: unexpected {type(exc).__name__}: {exc} (in a plug-in of yours or a bug "
-            "in dpaudit; set DPAUDIT_TRACEBACK=1 to see where)",
+            one_line(
+                f"error: unexpected {type(exc).__name__}: {exc} (in a plug-in of yours or a "
+                "bug in dpaudit; set DPAUDIT_TRACEBACK=1 to see where)"
+            ),
             markup=False,
         )
-        sys.exit(EXIT_BAD_INPUT)
+        return EXIT_BAD_INPUT
+    return EXIT_OK
 
 
 if __name__ == "__main__":

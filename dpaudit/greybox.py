@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy.optimize import minimize_scalar
+from scipy.stats import binom, binomtest, chi2
 
 from dpaudit.errors import DpauditError
 
@@ -355,8 +357,6 @@ def dispersion_lower_tail_pvalue(
         Lugosi, Massart, "Concentration Inequalities" (2013), §2.2 (the Cramér–Chernoff
         method); scipy.stats.binom for the pmf.
     """
-    from scipy.optimize import minimize_scalar
-    from scipy.stats import binom
 
     total = sum(count for _, _, count in groups)
     if statistic >= total:  # the bound's infimum is at λ = 0 (f'(0) = d − E[D] ≥ 0)
@@ -406,7 +406,6 @@ def batch_size_test(obs: GreyBoxObservations) -> GreyBoxTest:
         scipy.stats.binomtest (exact two-sided test, "minlike" p-value); Abadi et al.
         2016, Alg. 1 (each example joins a lot independently with probability q).
     """
-    from scipy.stats import binomtest
 
     name = "greybox_batch_sizes"
     ran = obs.ran
@@ -529,7 +528,6 @@ def noise_test(obs: GreyBoxObservations) -> GreyBoxTest:
         one-sided test that rejects for small Σx²/(σC)² (χ²_N under the boundary of the
         null) is uniformly most powerful; scipy.stats.chi2 for its distribution function.
     """
-    from scipy.stats import chi2
 
     name = "greybox_noise"
     sigma = obs.per_model("noise_multiplier")

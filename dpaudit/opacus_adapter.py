@@ -81,9 +81,11 @@ import numpy as np
 import torch
 
 from dpaudit.errors import ConfigError
-from dpaudit.mechanisms.noise import Claim
+from dpaudit.greybox import GreyBoxObservations
 from dpaudit.records import DPSGDRecord
 from dpaudit.trainers import CanarySetup, TrainerOutput, TrainerSettings
+from dpaudit.upper_bounds import Claim
+from dpaudit.whitebox import mixture_log_likelihood_ratio
 
 __all__ = ["CANARY_NORM_FACTOR", "OpacusTrainer", "opacus_trainer", "opacus_version"]
 
@@ -500,7 +502,6 @@ def _white_box_score(run: _Run, score: str) -> float:
     sigma, clip = min(run.sigmas, default=0.0), max(run.clips, default=1.0)
     if score == "sum" or sigma == 0.0 or x.size == 0:
         return float(x.sum())
-    from dpaudit.whitebox import mixture_log_likelihood_ratio
 
     llr = mixture_log_likelihood_ratio(
         x, sampling_rate=run.sampling_rate, noise_multiplier=sigma, clipping_norm=clip
@@ -582,7 +583,6 @@ def _accounted(run: _Run, options: dict[str, Any]) -> tuple[float, float, float,
 
 
 def _observations(runs: list[_Run], options: dict[str, Any]) -> Any:
-    from dpaudit.greybox import GreyBoxObservations
 
     width = max(r.steps for r in runs)
     k = len(runs)

@@ -10,7 +10,13 @@ here, the same way:
 - the folder is made absolute first, so a plug-in that changes the working directory
   cannot move where later plug-ins (or the run's own files) are found;
 - a bad name, a missing module, or an attribute that is not callable is one
-  :class:`~dpaudit.errors.ConfigError` naming the key and the value.
+  :class:`~dpaudit.errors.ConfigError` naming the key and the value;
+- a plug-in cannot decide how dpaudit exits: ``sys.exit()``, ``SystemExit``,
+  ``EOFError`` (``input()`` with no stdin, as in CI), ``KeyboardInterrupt`` raised by code
+  (not by a real Ctrl-C) or any other ``BaseException`` raised while it is imported or
+  called becomes a :class:`PluginError` naming the plug-in (exit 2 from the CLI). A plug-in
+  that kills its process (``os._exit``) is caught by the CLI, which runs audits in a child
+  process it watches.
 
 :func:`locate_plugin` finds the module's file WITHOUT importing it (for the digest that
 makes a changed plug-in start new work units).
@@ -18,17 +24,95 @@ makes a changed plug-in start new work units).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
+import signal
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
-from dpaudit.errors import ConfigError
+from dpaudit.errors import ConfigError, DpauditError
 
-__all__ = ["file_digest", "load_plugin", "locate_plugin", "plugin_digest", "split_spec"]
+__all__ = [
+    "PluginError",
+    "file_digest",
+    "guard_user_exit",
+    "interrupt_handler",
+    "load_plugin",
+    "locate_plugin",
+    "plugin_digest",
+    "split_spec",
+]
+
+#: Set when a real Ctrl-C (SIGINT) arrived, by :func:`interrupt_handler`: only then is a
+#: ``KeyboardInterrupt`` an interruption rather than user code raising one.
+_CTRL_C = threading.Event()
+
+
+class PluginError(DpauditError):
+    """User code (a plug-in) tried to end or abort the run itself."""
+
+
+_LAST_INTERRUPT = [0.0]
+
+
+def interrupt_handler(signum: int, frame: FrameType | None) -> None:
+    """SIGINT handler: note the real Ctrl-C, then interrupt as Python's default does.
+
+    A second SIGINT within a second of the first is ignored: a supervised run gets a
+    terminal's Ctrl-C twice (from the terminal and from its supervisor), and the second
+    must not interrupt the clean-up of the first.
+    """
+    now = time.monotonic()
+    if _CTRL_C.is_set() and now - _LAST_INTERRUPT[0] < 1.0:
+        return
+    _CTRL_C.set()
+    _LAST_INTERRUPT[0] = now
+    signal.default_int_handler(signum, frame)
+
+
+def guard_user_exit(exc: BaseException, where: str) -> BaseException:
+    """What a ``BaseException`` escaping user code becomes.
+
+    A real Ctrl-C (see :func:`interrupt_handler`) stays a ``KeyboardInterrupt``; an
+    ordinary ``Exception`` (other than ``EOFError``) is returned unchanged; anything else
+    (``SystemExit``, ``EOFError``, a ``KeyboardInterrupt`` raised by code,
+    ``GeneratorExit``, ...) becomes a :class:`PluginError` naming ``where``.
+    """
+    if isinstance(exc, KeyboardInterrupt) and _CTRL_C.is_set():
+        return exc
+    if isinstance(exc, Exception) and not isinstance(exc, EOFError):
+        return exc
+    if isinstance(exc, SystemExit):
+        what = f"called sys.exit({exc.code!r})" if exc.code is not None else "called sys.exit()"
+    elif isinstance(exc, EOFError):
+        what = "read from standard input, which is closed (EOFError)"
+    else:
+        what = f"raised {type(exc).__name__}"
+    return PluginError(
+        f"{where} {what}: user code cannot end or abort a dpaudit run, so the run stops "
+        "here with exit code 2 (no results were written)"
+    )
+
+
+def _guarded(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except BaseException as exc:
+            converted = guard_user_exit(exc, where)
+            if converted is exc:
+                raise
+            raise converted from None
+
+    return call
 
 
 def split_spec(spec: object, *, what: str) -> tuple[str, str]:
@@ -60,12 +144,18 @@ def load_plugin(
         base_dir: the audit file's folder, searched after the installed packages.
         what: what the callable is, for messages ("mechanism", "trainer", "[target] factory").
 
+    Returns:
+        The callable, wrapped so that an exit or abort from it becomes a
+        :class:`PluginError` (its attributes, e.g. ``library_versions``, are kept).
+
     Raises:
         ConfigError: a malformed name, a module that cannot be imported, or no callable
             of that name in it.
+        PluginError: the module tried to exit or abort while it was imported.
     """
     module_name, attr = split_spec(spec, what=what)
     _search_folder(base_dir)
+    where = f"the {what} plug-in {spec!r}"
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -73,10 +163,15 @@ def load_plugin(
             f"Cannot import module {module_name!r} for {what} {spec!r}: {exc}. Is it installed, "
             "or next to the audit file?"
         ) from None
+    except BaseException as exc:
+        converted = guard_user_exit(exc, f"{where}, while it was imported,")
+        if converted is exc:
+            raise
+        raise converted from None
     fn = getattr(module, attr, None)
     if fn is None or not callable(fn):
         raise ConfigError(f"Module {module_name!r} has no callable {attr!r} (from {spec!r}).")
-    return fn
+    return _guarded(fn, where)
 
 
 def locate_plugin(spec: str, *, base_dir: str | Path | None = None) -> Path | None:

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from dpaudit.bounds import VALIDITY_MEANING, EpsilonBound, MuBound, _jsonable
+from dpaudit.errors import DpauditError
+from dpaudit.planning import limit_for_bound
 from dpaudit.stats import clopper_pearson
 from dpaudit.theory import gdp_epsilon, tradeoff_dp, tradeoff_gdp
 from dpaudit.tradeoff import TradeoffCurve, membership_metrics
@@ -85,9 +87,6 @@ class Comparison:
         with the same trials (or canaries and guesses), δ and confidence
         (:func:`dpaudit.planning.limit_for_bound`); ``None`` when the bound carries no
         counts to read the design from. A null result proves nothing above it."""
-        from dpaudit.errors import DpauditError
-        from dpaudit.planning import limit_for_bound
-
         try:
             return limit_for_bound(self.lower).value
         except DpauditError:

@@ -10,14 +10,30 @@ Units live under the hash of the configuration that produced them, so a changed 
 file never reuses old units: it simply finds none of its own. A unit file appears only
 by an atomic rename of a fully written temporary file, so a run killed at any moment
 leaves either a whole unit or none.
+
+Every unit file carries a SHA-256 digest of its arrays (names, types, shapes, bytes) and
+of its key (the configuration hash and the unit's name), written with them. A unit whose
+arrays do not match its digest (edited, truncated, copied from another run), or that
+cannot be read at all, is never trusted: :meth:`RunStore.verified` names it and moves it
+aside, and the audit computes it again. The digests a result was computed from are
+recorded in ``results.json`` (``dpaudit verify`` checks both). The digest is not a
+signature: it catches corruption and edits made without dpaudit, not a forger who
+recomputes it; a release pipeline keeps the run directory where only it can write.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
+import socket
+import sys
 import tempfile
 import threading
+import time
+import zipfile
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -106,6 +122,29 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
+#: The entry of a unit file that holds its digest (never a unit's own array name).
+DIGEST_KEY = "__dpaudit_digest__"
+
+
+def unit_digest(key: str, unit: str, arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 over the unit's key and name and each array's name, type, shape and bytes."""
+    h = hashlib.sha256()
+    h.update(f"dpaudit-unit\0{key}\0{unit}\0".encode())
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(a.reshape(-1).view(np.uint8).data)
+    return h.hexdigest()
+
+
+class UnitRejected(Exception):
+    """A stored unit that failed its integrity check; ``reason`` says why."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
 class RunStore:
     """Finished work units of one configuration inside a run directory."""
 
@@ -120,21 +159,136 @@ class RunStore:
     def has(self, unit: str) -> bool:
         return self.path(unit).is_file()
 
-    def save(self, unit: str, arrays: dict[str, np.ndarray]) -> None:
-        """Store a unit's arrays atomically (``np.savez`` into memory, then rename)."""
-        import io
-
+    def save(self, unit: str, arrays: dict[str, np.ndarray]) -> str:
+        """Store a unit's arrays and their digest atomically (``np.savez`` into memory,
+        then rename); returns the digest."""
+        if DIGEST_KEY in arrays:
+            raise ValueError(f"a unit may not hold an array named {DIGEST_KEY!r}")
+        digest = unit_digest(self.config_hash, unit, arrays)
         buffer = io.BytesIO()
         # The cast only tells mypy that the arrays' names are not savez's own keyword
         # (allow_pickle), which numpy's stub types as bool.
-        np.savez(buffer, **cast(dict[str, Any], arrays))
+        np.savez(buffer, **cast(dict[str, Any], {**arrays, DIGEST_KEY: np.array(digest)}))
         atomic_write_bytes(self.path(unit), buffer.getvalue())
+        return digest
+
+    def load_verified(self, unit: str) -> tuple[dict[str, np.ndarray], str]:
+        """A stored unit's arrays and digest, checked.
+
+        Raises:
+            UnitRejected: the file cannot be read as a unit, has no digest, or its arrays
+                do not match its digest.
+        """
+        path = self.path(unit)
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+            raise UnitRejected(path, f"unreadable ({type(exc).__name__}: {exc})") from None
+        stored = arrays.pop(DIGEST_KEY, None)
+        if stored is None or stored.shape != () or stored.dtype.kind != "U":
+            raise UnitRejected(path, "it carries no digest (written without dpaudit?)")
+        if str(stored) != unit_digest(self.config_hash, unit, arrays):
+            raise UnitRejected(
+                path, "its arrays do not match the digest written with them (edited or corrupt)"
+            )
+        return arrays, str(stored)
 
     def load(self, unit: str) -> dict[str, np.ndarray]:
-        with np.load(self.path(unit), allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+        """A stored unit's arrays (checked: :meth:`load_verified`)."""
+        return self.load_verified(unit)[0]
+
+    def reject(self, unit: str) -> Path:
+        """Move a unit that failed its check aside (kept for inspection, never read)."""
+        path = self.path(unit)
+        aside = path.with_name(f"{path.name}.rejected")
+        os.replace(path, aside)
+        return aside
 
     def finished(self) -> set[str]:
         if not self.units_dir.is_dir():
             return set()
         return {p.stem for p in self.units_dir.glob("*.npz")}
+
+
+# ------------------------------------------------------------------ the run directory's lock
+
+
+#: The lock file in a run directory: held (``flock``) by the one run writing there.
+LOCK_NAME = ".dpaudit.lock"
+
+
+class RunDirectoryBusy(OSError):
+    """Another dpaudit run holds the run directory's lock; ``holder`` describes it."""
+
+    def __init__(self, run_dir: Path, holder: str) -> None:
+        super().__init__(f"{run_dir} is in use by another dpaudit run ({holder})")
+        self.run_dir, self.holder = run_dir, holder
+
+
+class RunLock:
+    """An exclusive lock on a run directory while a run writes it.
+
+    The lock is an advisory ``flock`` on ``.dpaudit.lock``, which also records who holds
+    it (process, host, start time, command) for the message the second run prints. The
+    operating system releases a ``flock`` when its process ends, however it ends (kill -9
+    included), so a lock left by a killed run is never stale: the next run simply takes
+    it. A run that finds the lock held waits up to ``wait`` seconds for it (a run that is
+    just ending), then gives up. Where ``fcntl`` does not exist (Windows) the lock is a
+    no-op.
+    """
+
+    def __init__(self, run_dir: Path, *, wait: float = 5.0) -> None:
+        self.path = Path(run_dir) / LOCK_NAME
+        self.wait = wait
+        self._fd: int | None = None
+
+    def __enter__(self) -> RunLock:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666 & ~current_umask())
+        deadline = time.monotonic() + self.wait
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raw = os.pread(fd, 4096, 0)
+                        holder = raw.decode("utf-8", "replace").strip() or "unknown"
+                        raise RunDirectoryBusy(self.path.parent, holder) from None
+                    time.sleep(0.05)
+        except BaseException:
+            os.close(fd)
+            raise
+        started = datetime.now(UTC).isoformat(timespec="seconds")
+        who = f"pid {os.getpid()} on {socket.gethostname()} since {started}: {' '.join(sys.argv)}"
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, who.encode("utf-8", "replace")[:4000], 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None
+
+
+def remove_outputs(run_dir: Path) -> list[Path]:
+    """Remove a previous run's ``results.json`` and ``report.html`` and any temporary file
+    a killed run left (``.*.tmp``), so that nothing in the folder can be taken for the
+    result of the run now starting. Returns what was removed. Call with the lock held."""
+    removed = []
+    candidates = [run_dir / "results.json", run_dir / "report.html", *run_dir.glob(".*.tmp")]
+    units = run_dir / "units"
+    if units.is_dir():
+        candidates += list(units.glob("*/.*.tmp"))
+    for path in candidates:
+        if path.is_file() or path.is_symlink():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed

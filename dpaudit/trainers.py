@@ -4,7 +4,7 @@ A trainer trains K models, model ``k`` on the rows ``i`` of ``X`` with
 ``membership[k, i]``, and returns what the audit needs: the canary's score under every
 model (or the models, from which the audit computes black-box scores) and **what it
 actually ran** — a :class:`~dpaudit.records.DPSGDRecord` per model, which the
-accountant turns into ε(δ) and μ, or a :class:`~dpaudit.mechanisms.Claim` (ε, δ, μ) for
+accountant turns into ε(δ) and μ, or a :class:`~dpaudit.upper_bounds.Claim` (ε, δ, μ) for
 procedures without a DP-SGD accountant. The upper bound of the audit is read from that
 output, never from the configuration.
 
@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -572,7 +572,6 @@ def plain_trainer(
 
 
 def _replace(training: TrainingSpec, **changes: Any) -> TrainingSpec:
-    from dataclasses import replace
 
     return replace(training, **changes)
 

@@ -52,8 +52,8 @@ def _bounds(results: dict) -> list[tuple]:
 
 
 def _units(result, kind: str) -> dict[str, int]:
-    """The unit counts of one kind (without its store key)."""
-    return {k: v for k, v in result.provenance["units"][kind].items() if k != "key"}
+    """The unit counts of one kind (without its store key and digests)."""
+    return {k: result.provenance["units"][kind][k] for k in ("total", "reused", "computed")}
 
 
 def test_killed_run_resumes_and_matches_uninterrupted(tmp_path: Path) -> None:
@@ -134,8 +134,9 @@ unit_size = 1000
     ],
 )
 def test_gate_report_and_execution_changes_reuse_every_unit(tmp_path: Path, change: str) -> None:
-    # The unit key covers only what changes a unit's outputs (docs/design.md, "The run directory"): the gate, the
-    # report and where units run (all but unit_size, which cuts the work) do not.
+    # The unit key covers only what changes a unit's outputs (docs/design.md, "The run
+    # directory"): the gate, the report and where units run (all but unit_size, which cuts
+    # the work) do not.
     run_dir = tmp_path / "run"
     first = run_audit(_write(tmp_path, MECHANISM), output_dir=run_dir)
     text = MECHANISM.replace("[execution]\nunit_size = 1000\n", "") + change + "\n"

@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 import numpy as np
+from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 from dpaudit.attacks.base import (
     AttackContext,
@@ -53,13 +57,7 @@ def attack_features(
 
 def _classifier(kind: str, seed: int) -> Any:
     if kind == "logistic":
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.pipeline import make_pipeline
-        from sklearn.preprocessing import StandardScaler
-
         return make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
-    from sklearn.ensemble import HistGradientBoostingClassifier
-
     return HistGradientBoostingClassifier(max_iter=100, random_state=seed)
 
 

@@ -11,6 +11,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+import jsonschema
+
 from dpaudit.errors import DataError
 
 __all__ = ["results_schema", "validate_results"]
@@ -40,8 +42,6 @@ def validate_results(results: dict[str, Any]) -> None:
             "results.json does not fit the schema at 'tests/0/metrics/auc': 'x' is not of
             type 'number'".
     """
-    import jsonschema
-
     validator = jsonschema.Draft202012Validator(results_schema())
     error = jsonschema.exceptions.best_match(validator.iter_errors(results))
     if error is not None:
