@@ -236,7 +236,7 @@ def test_init_writes_an_example_that_validates(tmp_path, monkeypatch) -> None:
 def test_the_table_refuses_keys_of_the_other_query(table: dict, message: str) -> None:
     from pydantic import ValidationError
 
-    from dpaudit.local_central.kind import LocalCentralSection
+    from dpaudit.local_central.schema import LocalCentralSection
 
     with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
         LocalCentralSection(**table)

@@ -14,8 +14,9 @@ from dpaudit.audit import run_audit
 from dpaudit.bounds import epsilon_lower_bound
 from dpaudit.config import parse_config
 from dpaudit.errors import ConfigError, DpauditError
-from dpaudit.mechanisms.kind import MechanismSection, _upper, build_mechanism
 from dpaudit.mechanisms.noise import gaussian_calibrated
+from dpaudit.mechanisms.schema import MechanismSection
+from dpaudit.mechanisms.units import build_mechanism, upper_bound
 from dpaudit.theory import gaussian_zcdp, zcdp_to_dp
 
 
@@ -93,7 +94,7 @@ def test_default_calibration_is_exact() -> None:
 # ------------------------------------------------------------------- ρ-zCDP claims
 def test_rho_claim_is_held_as_zcdp_to_dp_at_the_audit_delta() -> None:
     section = MechanismSection(name="gaussian", sigma=2.0, claim={"rho": 0.125})
-    upper = _upper(section, build_mechanism(section, "."), 1e-5)
+    upper = upper_bound(section, build_mechanism(section, "."), 1e-5)
     assert upper.epsilon == pytest.approx(zcdp_to_dp(0.125, 1e-5))
     assert upper.epsilon_delta == 1e-5
     assert upper.mu is None  # zCDP implies no GDP bound

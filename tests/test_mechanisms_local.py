@@ -1,8 +1,8 @@
 """Local randomisers (k-RR, unary encoding, local Laplace/Gaussian) and vector mechanisms.
 
 Closed forms of their output laws and log-likelihood-ratio scores, the audit file's rules,
-power goals at 10⁵ trials (the share of the true ε a bound must reach), and validity over repeated audits of
-correct code with a power control (tests/test_bounds.py's standard).
+power goals at 10⁵ trials (the share of the true ε a bound must reach), and validity over
+repeated audits of correct code with a power control (tests/test_bounds.py's standard).
 """
 
 from __future__ import annotations

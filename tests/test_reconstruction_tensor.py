@@ -54,7 +54,10 @@ def test_complexity_column_is_the_lectures_formula(defence, formula, value) -> N
 def test_complexity_without_a_gradient_norm_and_bad_sizes() -> None:
     dpsgd = Defence("dpsgd", sigma=1.0)
     assert lecture_complexity(dpsgd, batch_size=1, input_size=64, width=64).value is None
-    with pytest.raises(DpauditError, match=r"The 'width' parameter must be at least 1\. Got 0\."):
+    with pytest.raises(
+        DpauditError,
+        match=r"The 'width' parameter must be an integer in \[1, inf\)\. Got 0 instead\.",
+    ):
         lecture_complexity(Defence(), batch_size=1, input_size=64, width=0)
 
 

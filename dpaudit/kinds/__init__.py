@@ -30,10 +30,9 @@ _REGISTRY: dict[str, AuditKind[Any]] = {}
 
 
 def register_kind(kind: AuditKind[Any]) -> AuditKind[Any]:
-    """Add ``kind`` under ``kind.name`` (a name can be registered once)."""
-    if kind.name in _REGISTRY or (
-        kind.name in _BUILTINS and type(kind).__module__ != _BUILTINS[kind.name]
-    ):
+    """Add ``kind`` under ``kind.name`` (a name can be registered once; the built-in
+    names are taken)."""
+    if kind.name in _REGISTRY or kind.name in _BUILTINS:
         raise ConfigError(f"an audit kind named {kind.name!r} is already registered")
     _REGISTRY[kind.name] = kind
     return kind
@@ -48,7 +47,8 @@ def get_kind(name: str) -> AuditKind[Any]:
     if module is None:
         raise ConfigError(f"unknown audit kind {name!r}; valid kinds: {', '.join(kind_names())}")
     builtin: AuditKind[Any] = importlib.import_module(module).KIND
-    return register_kind(builtin)
+    _REGISTRY[name] = builtin
+    return builtin
 
 
 def kind_names() -> tuple[str, ...]:

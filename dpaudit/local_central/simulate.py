@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit.errors import DpauditError, check_choice
+from dpaudit.errors import DpauditError, check_choice, check_integer
 from dpaudit.mechanisms.noise import (
     Mechanism,
     k_randomized_response,
@@ -94,8 +94,7 @@ def true_counts(
     of the records are 1), else n records spread over k bins by ``frequencies``
     (default Zipf: f_j ∝ 1/(j + 1)), rounded so that they add up to n."""
     check_choice("query", query, QUERIES)
-    if n < 1:
-        raise DpauditError(f"The 'n' parameter must be at least 1. Got {n!r}.")
+    n = check_integer("n", n, low=1)
     if query == "mean":
         if not 0.0 <= share <= 1.0:
             raise DpauditError(f"The 'share' parameter must lie in [0, 1]. Got {share!r}.")
@@ -187,8 +186,7 @@ def simulate_errors(
     """
     c = np.asarray(counts, dtype=np.int64)
     n, k = int(c.sum()), c.size
-    if repeats < 2:
-        raise DpauditError(f"The 'repeats' parameter must be at least 2. Got {repeats!r}.")
+    repeats = check_integer("repeats", repeats, low=2)
     p, q = local_probabilities(query=query, k=k, epsilon=epsilon, randomiser=randomiser)
     if query == "histogram" and randomiser == "unary-encoding":
         reported = rng.binomial(c, p, (repeats, k)) + rng.binomial(n - c, q, (repeats, k))

@@ -1,8 +1,10 @@
 """Built-in DP mechanisms and user mechanisms, and the ``mechanism`` audit kind.
 
 The noise primitives (:mod:`dpaudit.mechanisms.noise`) are the one part of a family other
-families may import; :mod:`~dpaudit.mechanisms.schema` is the ``[mechanism]`` table and
-:mod:`~dpaudit.mechanisms.kind` the kind adapter.
+families may import; :mod:`~dpaudit.mechanisms.schema` is the ``[mechanism]`` table,
+:mod:`~dpaudit.mechanisms.units` the work units and the upper bound,
+:mod:`~dpaudit.mechanisms.summary` the summary and :mod:`~dpaudit.mechanisms.kind` the
+kind adapter.
 """
 
 from __future__ import annotations

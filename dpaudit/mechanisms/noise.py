@@ -34,16 +34,14 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from dpaudit.errors import ConfigError, DpauditError, check_choice
+from dpaudit.errors import ConfigError, DpauditError, check_choice, check_integer
 from dpaudit.plugins import load_plugin
+from dpaudit.theory import gaussian_sigma, gdp_mu
 from dpaudit.upper_bounds import Claim
-
-if TYPE_CHECKING:  # loaded where used: validating a file stays fast
-    pass
 
 MechanismFn = Callable[..., Any]
 
@@ -117,8 +115,9 @@ def randomized_response(*, p: float) -> Mechanism:
 
 
 def _check_values(values: tuple[int, int], k: int) -> tuple[int, int]:
-    v0, v1 = int(values[0]), int(values[1])
-    if v0 == v1 or not (0 <= v0 < k and 0 <= v1 < k):
+    v0 = check_integer("values", values[0], low=0, high=k - 1)
+    v1 = check_integer("values", values[1], low=0, high=k - 1)
+    if v0 == v1:
         raise DpauditError(
             f"The 'values' parameter must be two different categories in 0..{k - 1}. "
             f"Got {tuple(values)!r} instead."
@@ -325,8 +324,6 @@ def gaussian_calibrated(
     profile is δ_μ(ε) (Dong, Roth, Su 2019, Cor. 2.13), increasing in μ, so
     σ = Δ/μ with μ solving δ_μ(ε) = δ.
     """
-    from dpaudit.theory import gaussian_sigma, gdp_mu
-
     check_choice("calibration", calibration, GAUSSIAN_CALIBRATIONS)
     if calibration == "classic":
         if not epsilon < 1.0:

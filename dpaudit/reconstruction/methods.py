@@ -6,8 +6,8 @@ defended) gradient of one batch of B examples; it reconstructs the inputs.
 
 Networks are small MLPs ``f(x) = W_L σ(… σ(W_1 x + b_1) …) + b_L`` on 8×8 digit images
 (pixels in [0, 1]); a scalar output is trained with the squared loss ½(f − y)², more
-outputs with cross-entropy. The two-layer network of the tensor method (Wang, Lee, Lei 2023) is
-``f(x) = Σ_j a_j σ(w_jᵀx + b_j)`` (``sizes = (64, m, 1)``).
+outputs with cross-entropy. The two-layer network of the tensor method (Wang, Lee, Lei
+2023) is ``f(x) = Σ_j a_j σ(w_jᵀx + b_j)`` (``sizes = (64, m, 1)``).
 
 **Why B = 1 gives the input away.** For the first layer, ∂ℓ/∂w_j = c_j x with
 c_j = ℓ'(f) a_j σ'(w_jᵀx + b_j): every row of the first layer's gradient is a multiple of
@@ -50,16 +50,16 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
+import torch
+from scipy import optimize
 from scipy import stats as sps
+from sklearn.datasets import load_digits
 
-from dpaudit.errors import DpauditError, check_choice, check_in_interval
+from dpaudit.errors import DpauditError, check_choice, check_in_interval, check_integer
 from dpaudit.stats import ConfidenceInterval, check_confidence_level, clopper_pearson
-
-if TYPE_CHECKING:
-    import torch
 
 __all__ = [
     "DEFENCES",
@@ -103,8 +103,6 @@ DEFENCES: tuple[str, ...] = (
 @functools.lru_cache(maxsize=1)
 def load_digits_images() -> tuple[np.ndarray, np.ndarray]:
     """sklearn's 1,797 digits as (images in [0, 1] of shape (n, 64), labels 0–9)."""
-    from sklearn.datasets import load_digits
-
     x, y = load_digits(return_X_y=True)
     return np.asarray(x, dtype=np.float64) / 16.0, np.asarray(y, dtype=np.int64)
 
@@ -140,8 +138,9 @@ class Network:
     ) -> Network:
         """He-initialised weights (N(0, 2/fan_in)); biases N(0.1, 0.1²) keep ReLUs alive."""
         check_choice("activation", activation, ACTIVATIONS)
-        if len(sizes) < 2 or any(int(s) < 1 for s in sizes):
-            raise DpauditError(f"The 'sizes' parameter needs ≥ 2 positive sizes. Got {sizes}.")
+        if len(sizes) < 2:
+            raise DpauditError(f"The 'sizes' parameter needs ≥ 2 sizes. Got {sizes}.")
+        sizes = [check_integer("sizes", s, low=1) for s in sizes]
         rng = np.random.default_rng(seed)
         params = []
         for fan_in, fan_out in itertools.pairwise(sizes):
@@ -167,8 +166,6 @@ class Network:
 def _one_thread() -> Iterator[None]:
     """Run torch on one thread: these networks are tiny, and intra-op threads only contend
     (measured: 13× slower for B = 2 on a loaded two-core machine)."""
-    import torch
-
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -178,8 +175,6 @@ def _one_thread() -> Iterator[None]:
 
 
 def _torch_params(net: Network) -> list[torch.Tensor]:
-    import torch
-
     out = []
     for w, b in net.params:
         out.append(torch.as_tensor(w, dtype=torch.float64))
@@ -189,8 +184,6 @@ def _torch_params(net: Network) -> list[torch.Tensor]:
 
 
 def _forward(net: Network, params: Sequence[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    import torch
-
     act = {"relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid}[net.activation]
     h, i = x, 0
     layers = len(net.params)
@@ -209,8 +202,6 @@ def _losses(
     net: Network, params: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor
 ) -> torch.Tensor:
     """Per-example losses: ½(f − y)² for a scalar output, cross-entropy otherwise."""
-    import torch
-
     out = _forward(net, params, x)
     if not net.classifier:
         return 0.5 * (out[:, 0] - y) ** 2
@@ -220,8 +211,6 @@ def _losses(
 
 
 def _label_tensor(net: Network, y: np.ndarray) -> torch.Tensor:
-    import torch
-
     if net.classifier:
         return torch.as_tensor(np.asarray(y), dtype=torch.int64)
     return torch.as_tensor(np.asarray(y, dtype=np.float64), dtype=torch.float64)
@@ -229,8 +218,6 @@ def _label_tensor(net: Network, y: np.ndarray) -> torch.Tensor:
 
 def per_example_gradients(net: Network, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """The flattened gradient of each example's loss, shape (B, parameters)."""
-    import torch
-
     params = [p.requires_grad_(True) for p in _torch_params(net)]
     xt = torch.as_tensor(np.atleast_2d(x), dtype=torch.float64)
     yt = _label_tensor(net, y)
@@ -272,8 +259,7 @@ class Defence:
 
     def __post_init__(self) -> None:
         check_choice("name", self.name, DEFENCES)
-        if isinstance(self.k, bool) or int(self.k) != self.k or self.k < 1:
-            raise DpauditError(f"The 'k' parameter must be an integer ≥ 1. Got {self.k!r}.")
+        check_integer("k", self.k, low=1)
         check_in_interval("sigma", self.sigma, 0.0, math.inf)
         check_in_interval("clipping_norm", self.clipping_norm, 0.0, math.inf, low_open=True)
         check_in_interval("p", self.p, 0.0, 1.0, high_open=True)
@@ -457,8 +443,6 @@ def invert_gradient(
         box: the known input range; the final reconstruction is clipped to it.
         seed: the starts' seed.
     """
-    import torch
-
     check_choice("distance", distance, DISTANCES)
     if net.classifier and labels is None:
         raise DpauditError("a classifier's inversion needs labels (known, or infer_labels)")
@@ -590,14 +574,12 @@ def tensor_inversion(
         decomposition); Anandkumar, Ge, Hsu, Kakade, Telgarsky (2014), JMLR (tensor power
         iteration).
     """
-    import tensorly as tl
-    from tensorly.cp_tensor import CPTensor
-    from tensorly.decomposition import parafac, symmetric_parafac_power_iteration
+    # tensorly takes ~0.4 s to import and only this attack uses it
+    from tensorly import cp_tensor, decomposition, set_backend, tensor
 
     if len(net.params) != 2 or net.classifier:
         raise DpauditError("the tensor method needs a two-layer network with a scalar output")
-    if not 1 <= batch_size <= net.input_size:
-        raise DpauditError(f"The 'batch_size' parameter must be in [1, d]. Got {batch_size}.")
+    check_integer("batch_size", batch_size, low=1, high=net.input_size)
     (w, _), (a, _) = net.params
     gw = _split(net, observed)[0][0]
     s2 = float(np.mean(w**2)) if weight_std is None else float(weight_std) ** 2
@@ -612,23 +594,23 @@ def tensor_inversion(
     t = t.reshape(d, d, d) / m
     t -= s2 * np.einsum("a,bc->abc", u.mean(axis=0), np.eye(d))
     t = sum(t.transpose(p) for p in itertools.permutations(range(3))) / 6.0
-    tl.set_backend("numpy")
+    set_backend("numpy")
     # tensorly's power iteration draws its starts from numpy's global state: seed it for
     # this call only, and give the caller's state back.
     state = np.random.get_state()  # noqa: NPY002
     np.random.seed(seed % 2**32)  # noqa: NPY002
     try:
-        _, factor = symmetric_parafac_power_iteration(
-            tl.tensor(t), rank=batch_size, n_repeat=n_repeat, n_iteration=n_iteration
+        _, factor = decomposition.symmetric_parafac_power_iteration(
+            tensor(t), rank=batch_size, n_repeat=n_repeat, n_iteration=n_iteration
         )
     finally:
         np.random.set_state(state)  # noqa: NPY002
     # Deflated power iteration is exact for orthogonal components only; the inputs are not
     # orthogonal, so its factors start an ALS fit of the (non-orthogonal) CP model.
-    cp = parafac(
-        tl.tensor(t),
+    cp = decomposition.parafac(
+        tensor(t),
         rank=batch_size,
-        init=CPTensor((np.ones(batch_size), [np.asarray(factor)] * 3)),
+        init=cp_tensor.CPTensor((np.ones(batch_size), [np.asarray(factor)] * 3)),
         n_iter_max=als_iterations,
         tol=1e-9,
     )
@@ -639,8 +621,6 @@ def tensor_inversion(
 
 def direction_errors(x_true: np.ndarray, directions: np.ndarray) -> np.ndarray:
     """1 − |cos| between each input and its Hungarian-matched direction (scale and sign free)."""
-    from scipy import optimize
-
     x = np.atleast_2d(x_true) / np.linalg.norm(np.atleast_2d(x_true), axis=1, keepdims=True)
     cos = np.abs(x @ np.atleast_2d(directions).T)
     rows, cols = optimize.linear_sum_assignment(-cos)
@@ -661,8 +641,6 @@ def direction_nrmse(x_true: np.ndarray, directions: np.ndarray) -> tuple[np.ndar
     Returns:
         (errors of shape (B,), the matched direction index of each true example).
     """
-    from scipy import optimize
-
     x = np.atleast_2d(x_true)
     x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-300)
     u = np.atleast_2d(directions)
@@ -744,10 +722,9 @@ def lecture_complexity(
         systematic evaluation", arXiv 2402.09478 (the defences' rates; table number not
         checked here).
     """
-    b, d, m = int(batch_size), int(input_size), int(width)
-    for key, size in (("batch_size", b), ("input_size", d), ("width", m)):
-        if size < 1:
-            raise DpauditError(f"The '{key}' parameter must be at least 1. Got {size}.")
+    b = check_integer("batch_size", batch_size, low=1)
+    d = check_integer("input_size", input_size, low=1)
+    m = check_integer("width", width, low=1)
     root = math.sqrt(d / m)
     params: dict[str, float] = {"B": b, "d": d, "m": m}
     name = defence.name
@@ -913,8 +890,6 @@ def matched_errors(x_true: np.ndarray, x_hat: np.ndarray) -> tuple[np.ndarray, n
     Returns:
         (errors of shape (B,), the matched reconstruction index of each true example).
     """
-    from scipy import optimize
-
     x_true = np.atleast_2d(x_true)
     x_hat = np.atleast_2d(x_hat)
     if not np.all(np.isfinite(x_hat)):
@@ -1129,8 +1104,7 @@ def play_identification(
     """
     pool = load_digits_images()[0] if candidates is None else np.asarray(candidates, float)
     n_pool, d = pool.shape
-    if not 2 <= k <= n_pool:
-        raise DpauditError(f"The 'k' parameter must be in [2, {n_pool}]. Got {k} instead.")
+    k = check_integer("k", k, low=2, high=n_pool)
     rng = np.random.default_rng(seed)
     net = GameNetwork.random(inputs=d, hidden=hidden, seed=int(rng.integers(2**63 - 1)))
     aug = np.column_stack([pool, np.ones(n_pool)])

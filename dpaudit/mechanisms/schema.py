@@ -1,0 +1,200 @@
+"""The ``[mechanism]`` table: which mechanism runs, with which noise, and what it claims.
+
+Only pydantic is needed to check it, so validating an audit file stays fast; the
+mechanism it describes is built by :func:`dpaudit.mechanisms.units.build_mechanism`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from dpaudit.sections import ClaimSection, Positive, Table
+
+BUILTIN_MECHANISMS = (
+    "laplace",
+    "gaussian",
+    "randomized-response",
+    "k-rr",
+    "unary-encoding",
+    "local-laplace",
+    "local-gaussian",
+)
+#: Built-ins whose noise is Gaussian (σ given, from μ, or calibrated to (ε, δ)).
+GAUSSIAN = ("gaussian", "local-gaussian")
+#: Local randomisers of one categorical record.
+CATEGORICAL = ("k-rr", "unary-encoding")
+#: Local randomisers of one record in a box ``domain``.
+LOCAL = ("local-laplace", "local-gaussian")
+
+#: Two vectors: f(D) and f(D'), or the records x and x'.
+Vectors = tuple[list[float], list[float]]
+
+
+class MechanismClaim(ClaimSection):
+    """``[mechanism.claim]``: ε (with δ), μ, or ρ (zCDP) claimed by the mechanism.
+
+    A ρ-zCDP claim is held as (ρ + 2√(ρ ln(1/δ)), δ)-DP at the audit's δ (Bun, Steinke
+    2016, Prop. 1.3; :func:`dpaudit.theory.zcdp_to_dp`); it implies no μ-GDP bound.
+    """
+
+    rho: Positive | None = None
+
+    @model_validator(mode="after")
+    def _something_claimed(self) -> MechanismClaim:
+        if self.epsilon is None and self.mu is None and self.rho is None:
+            raise ValueError("a claim needs 'epsilon' (with 'delta'), 'mu' or 'rho'")
+        if self.rho is not None and (self.epsilon is not None or self.mu is not None):
+            raise ValueError("a claim gives 'rho' (zCDP) alone, or 'epsilon'/'mu' without it")
+        return self
+
+
+def _pair_length(pair: Vectors | None) -> int | None:
+    if pair is None:
+        return None
+    if len(pair[0]) == 0 or len(pair[0]) != len(pair[1]):
+        raise ValueError("two vectors of the same non-zero length are needed")
+    return len(pair[0])
+
+
+class MechanismSection(Table):
+    """``[mechanism]``: a DP mechanism audited on two neighbouring inputs.
+
+    ``name`` is a built-in (``laplace``, ``gaussian``, ``randomized-response``, ``k-rr``,
+    ``unary-encoding``, ``local-laplace``, ``local-gaussian``) or a user callable
+    ``"pkg.module:function"``. The noise the mechanism RUNS with is given by ``epsilon``
+    or ``scale`` (Laplace), ``sigma``, ``mu`` or ``epsilon`` with ``delta`` and
+    ``calibration`` (Gaussian), ``p`` (randomized response), ``k`` and ``epsilon`` (k-RR,
+    unary encoding with ``variant``); ``[mechanism.claim]`` is what it CLAIMS (defaults to
+    what it runs with).
+
+    ``query`` = [f(D), f(D')] runs Laplace/Gaussian in d dimensions (``sensitivity`` is
+    then the ℓ1 resp. ℓ2 sensitivity). The local randomisers perturb one record: ``k-rr``
+    and ``unary-encoding`` a category (``values`` = [D's, D''s], default [0, 1]),
+    ``local-laplace``/``local-gaussian`` a vector in ``domain`` = [low, high] per
+    coordinate (``records`` = [x, x'], default [[low], [high]]), whose sensitivity is the
+    domain's ℓ1 resp. ℓ2 diameter. These are scored by the exact log-likelihood ratio.
+    """
+
+    name: str
+    sensitivity: Positive = 1.0
+    epsilon: Positive | None = None
+    delta: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None
+    calibration: Literal["classic", "exact"] | None = None
+    scale: Positive | None = None
+    sigma: Positive | None = None
+    mu: Positive | None = None
+    p: Annotated[float, Field(ge=0.5, le=1.0)] | None = None
+    k: Annotated[int, Field(ge=2, le=100_000)] | None = None
+    values: tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]] | None = None
+    variant: Literal["optimised", "symmetric"] | None = None
+    query: Vectors | None = None
+    domain: tuple[float, float] | None = None
+    records: Vectors | None = None
+    data: tuple[list[float], list[float]] | None = None
+    log_density: str | None = None
+    score: str | None = None
+    trials: Annotated[int, Field(ge=2, le=100_000_000)] = 100_000
+    threshold: Literal["split", "bonferroni"] = "split"
+    claim: MechanismClaim | None = None
+
+    @model_validator(mode="after")
+    def _parameters_fit_the_mechanism(self) -> MechanismSection:
+        name = self.name
+        if name not in BUILTIN_MECHANISMS and ":" not in name:
+            raise ValueError(
+                f"unknown mechanism {name!r}; allowed: {', '.join(BUILTIN_MECHANISMS)} or "
+                "'pkg.module:function'"
+            )
+        self._only_where_used()
+        if name in ("laplace", "local-laplace") and (self.epsilon is None) == (self.scale is None):
+            raise ValueError(f"the {name} mechanism needs exactly one of 'epsilon' or 'scale'")
+        if name in GAUSSIAN:
+            self._gaussian_noise()
+        if name == "randomized-response" and self.p is None:
+            raise ValueError("randomized-response needs 'p', the probability of a truthful answer")
+        if name in CATEGORICAL:
+            if self.k is None or self.epsilon is None:
+                raise ValueError(f"{name} needs 'k' (the number of categories) and 'epsilon'")
+            v = self.values if self.values is not None else (0, 1)
+            if v[0] == v[1] or max(v) >= self.k:
+                raise ValueError(
+                    f"'values' must be two different categories in 0..{self.k - 1}; got {list(v)}"
+                )
+        if name in LOCAL:
+            self._local_records()
+        try:
+            _pair_length(self.query)
+        except ValueError as exc:
+            raise ValueError(f"'query' (f(D), f(D')): {exc}") from None
+        if ":" in name and self.claim is None:
+            raise ValueError(f"a user mechanism ({name!r}) needs a [mechanism.claim] table")
+        for key in ("log_density", "score"):
+            if getattr(self, key) is not None and ":" not in name:
+                raise ValueError(
+                    f"'{key}' scores a user mechanism's outputs; {name!r} is built in and "
+                    "scores its own"
+                )
+        if self.log_density is not None and self.score is not None:
+            raise ValueError("give 'log_density' or 'score' for a user mechanism, not both")
+        return self
+
+    def _only_where_used(self) -> None:
+        """Keys of one family of mechanisms are errors elsewhere (never silently ignored)."""
+        used = {
+            "k": CATEGORICAL,
+            "values": CATEGORICAL,
+            "variant": ("unary-encoding",),
+            "query": ("laplace", "gaussian"),
+            "domain": LOCAL,
+            "records": LOCAL,
+            "delta": GAUSSIAN,
+            "calibration": GAUSSIAN,
+        }
+        if "sensitivity" in self.model_fields_set and self.name in (*CATEGORICAL, *LOCAL):
+            raise ValueError(
+                f"'sensitivity' is not a parameter of {self.name!r}: a local randomiser's "
+                "neighbours are any two records ('domain' sets the sensitivity)"
+            )
+        for key, names in used.items():
+            if getattr(self, key) is not None and self.name not in names:
+                raise ValueError(
+                    f"'{key}' is not a parameter of {self.name!r}; it is used by {', '.join(names)}"
+                )
+
+    def _gaussian_noise(self) -> None:
+        given = [k for k in ("sigma", "mu", "epsilon") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                f"the {self.name} mechanism needs exactly one of 'sigma', 'mu' or 'epsilon' "
+                f"(with 'delta'); got {', '.join(given) or 'none'}"
+            )
+        if self.epsilon is not None and self.delta is None:
+            raise ValueError(f"the {self.name} mechanism calibrated to 'epsilon' needs 'delta'")
+        if self.epsilon is None and (self.delta is not None or self.calibration is not None):
+            raise ValueError("'delta' and 'calibration' calibrate σ to 'epsilon'; give 'epsilon'")
+        if self.calibration == "classic" and self.epsilon is not None and self.epsilon >= 1.0:
+            raise ValueError(
+                "calibration = 'classic' (σ = Δ√(2 ln(1.25/δ))/ε) is only valid for epsilon < 1 "
+                f"(Dwork, Roth 2014, Thm. A.1); got epsilon = {self.epsilon}; use "
+                "calibration = 'exact' (the analytic Gaussian mechanism of Balle, Wang 2018)"
+            )
+
+    def _local_records(self) -> None:
+        if self.domain is None:
+            raise ValueError(f"{self.name} needs 'domain' = [low, high], the range of a record")
+        low, high = self.domain
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ValueError(f"'domain' must be finite with low < high; got {list(self.domain)}")
+        if self.records is not None:
+            try:
+                _pair_length(self.records)
+            except ValueError as exc:
+                raise ValueError(f"'records' (x, x'): {exc}") from None
+            flat = [*self.records[0], *self.records[1]]
+            if any(not (low <= x <= high) for x in flat):
+                raise ValueError(
+                    f"every coordinate of 'records' must lie in the domain {[low, high]}"
+                )
