@@ -13,7 +13,7 @@ import argparse
 import tempfile
 import time
 
-from dpaudit.dpsgd.kind import run_dpsgd_from_section
+from dpaudit.dpsgd.api import run_dpsgd_from_section
 
 
 def main() -> None:

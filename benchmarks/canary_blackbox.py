@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from dpaudit.dpsgd.kind import run_dpsgd_from_section
+from dpaudit.dpsgd.api import run_dpsgd_from_section
 
 LEVERS = {"initial": "worst-case", "score": "logit-shift"}
 

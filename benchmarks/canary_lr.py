@@ -45,14 +45,11 @@ import time
 import numpy as np
 import torch
 
-from dpaudit.dpsgd.kind import (
-    DpsgdSection,
-    DpsgdSpec,
-    _many_run_bounds,
-    _setup,
-    _stream_seed,
-    run_dpsgd_from_section,
-)
+from dpaudit.dpsgd.api import run_dpsgd_from_section
+from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
+from dpaudit.dpsgd.setup import _setup
+from dpaudit.dpsgd.setup import purpose_seed as _stream_seed
+from dpaudit.dpsgd.summary import _many_run_bounds
 from dpaudit.kinds.base import VerdictBudget
 from dpaudit.trainers import canary_observer
 from dpaudit.training import GradientCanary, train_many

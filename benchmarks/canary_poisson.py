@@ -16,7 +16,7 @@ import argparse
 import tempfile
 import time
 
-from dpaudit.dpsgd.kind import run_dpsgd_from_section
+from dpaudit.dpsgd.api import run_dpsgd_from_section
 
 SETTINGS = {
     # The plain sum of the per-step projections, as when these figures were measured;

@@ -111,7 +111,8 @@ elif part == "overhead":
     import torch
 
     torch.set_num_threads(1)
-    from dpaudit.dpsgd.kind import DpsgdSection, DpsgdSpec, _setup
+    from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
+    from dpaudit.dpsgd.setup import _setup
     from dpaudit.trainers import (
         CanarySetup,
         TrainerSettings,

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from dpaudit.bounds import mu_lower_bound
-from dpaudit.dpsgd.kind import run_dpsgd_from_section
+from dpaudit.dpsgd.api import run_dpsgd_from_section
 
 DELTA = 1e-5
 CONFIDENCE = 0.95

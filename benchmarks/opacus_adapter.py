@@ -42,7 +42,8 @@ sys.path.insert(0, str(ROOT / "audits"))
 
 
 def _setup(seed: int):
-    from dpaudit.dpsgd.kind import DpsgdSection, _setup_cached
+    from dpaudit.dpsgd.schema import DpsgdSection
+    from dpaudit.dpsgd.setup import _setup_cached
 
     section = DpsgdSection.model_validate(
         {
@@ -108,7 +109,8 @@ def _plain_cost(models: int, seed: int) -> tuple[float, float]:
 
 
 def _engine_cost(models: int, seed: int) -> tuple[float, float]:
-    from dpaudit.dpsgd.kind import DpsgdSection, DpsgdSpec, dpsgd_unit
+    from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
+    from dpaudit.dpsgd.units import dpsgd_unit
 
     section = DpsgdSection.model_validate(
         {

@@ -40,7 +40,7 @@ import time
 
 import torch
 
-from dpaudit.dpsgd.kind import run_dpsgd_from_section
+from dpaudit.dpsgd.api import run_dpsgd_from_section
 
 BASE = {
     "canary": "worst-case",

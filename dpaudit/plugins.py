@@ -24,7 +24,6 @@ makes a changed plug-in start new work units).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib
 import importlib.util
@@ -101,18 +100,34 @@ def guard_user_exit(exc: BaseException, where: str) -> BaseException:
     )
 
 
-def _guarded(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
+class _Guarded:
+    """A plug-in callable whose exits and aborts become :class:`PluginError`.
+
+    Every other attribute (e.g. a trainer's ``library_versions``, a property) is read
+    from the plug-in itself; ``inspect.signature`` sees its signature through
+    ``__wrapped__``; and it pickles (by reference to the plug-in) for worker processes.
+    """
+
+    def __init__(self, fn: Callable[..., Any], where: str) -> None:
+        self.__wrapped__ = fn
+        self._where = where
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            return self.__wrapped__(*args, **kwargs)
         except BaseException as exc:
-            converted = guard_user_exit(exc, where)
+            converted = guard_user_exit(exc, self._where)
             if converted is exc:
                 raise
             raise converted from None
 
-    return call
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_where",):
+            raise AttributeError(name)
+        return getattr(self.__wrapped__, name)
+
+    def __repr__(self) -> str:
+        return f"<plug-in {self.__wrapped__!r}>"
 
 
 def split_spec(spec: object, *, what: str) -> tuple[str, str]:
@@ -171,7 +186,7 @@ def load_plugin(
     fn = getattr(module, attr, None)
     if fn is None or not callable(fn):
         raise ConfigError(f"Module {module_name!r} has no callable {attr!r} (from {spec!r}).")
-    return _guarded(fn, where)
+    return _Guarded(fn, where)
 
 
 def locate_plugin(spec: str, *, base_dir: str | Path | None = None) -> Path | None:

@@ -22,6 +22,7 @@ import pytest
 import torch
 from scipy import stats
 
+from dpaudit.dpsgd.api import run_dpsgd_from_section
 from dpaudit.dpsgd.canaries import (
     CraftedRun,
     crafted_canary,
@@ -29,15 +30,10 @@ from dpaudit.dpsgd.canaries import (
     crafted_score_moments,
     worst_case_margin,
 )
-from dpaudit.dpsgd.kind import (
-    DpsgdSection,
-    DpsgdSpec,
-    _many_run_bounds,
-    _many_run_upper,
-    _setup,
-    dpsgd_unit,
-    run_dpsgd_from_section,
-)
+from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
+from dpaudit.dpsgd.setup import _setup
+from dpaudit.dpsgd.summary import _many_run_bounds, _many_run_upper
+from dpaudit.dpsgd.units import dpsgd_unit
 from dpaudit.errors import ConfigError, DataError
 from dpaudit.training.engine import CLIP_EPSILON, LinearStackBackend
 
@@ -74,7 +70,9 @@ def test_crafted_canary_needs_an_all_zero_feature() -> None:
     c = crafted_canary(np.zeros((5, 2)), labels, feature=1, value=10.0, num_classes=3)
     assert c.x.tolist() == [0.0, 10.0]
     assert (c.y, c.decoy, c.feature, c.value) == (0, 1, 1, 10.0)
-    with pytest.raises(DataError, match=r"The 'feature' parameter must be in \[0, 1\]\. Got 2\."):
+    with pytest.raises(
+        DataError, match=r"The 'feature' parameter must be an integer in \[0, 1\]\. Got 2 instead\."
+    ):
         crafted_canary(np.zeros((5, 2)), labels, feature=2, value=10.0)
 
 

@@ -57,7 +57,10 @@ def test_clipbkd_finds_an_all_zero_feature():
 def test_dirac_direction_and_errors():
     e = dirac_direction(6, 2)
     np.testing.assert_array_equal(e, [0, 0, 1, 0, 0, 0])
-    with pytest.raises(DpauditError, match=r"'index' parameter must be in \[0, 5\]"):
+    with pytest.raises(
+        DpauditError,
+        match=r"The 'index' parameter must be an integer in \[0, 5\]\. Got 6 instead\.",
+    ):
         dirac_direction(6, 6)
     with pytest.raises(DpauditError, match="'canary' parameter must be one of"):
         input_canary("dirac", *_data(), seed=0)

@@ -17,7 +17,8 @@ from scipy import stats
 
 from dpaudit import theory
 from dpaudit.bounds import one_run_guesses
-from dpaudit.dpsgd.kind import DpsgdSection, run_dpsgd_from_section
+from dpaudit.dpsgd.api import run_dpsgd_from_section
+from dpaudit.dpsgd.schema import DpsgdSection
 from dpaudit.errors import ConfigError
 from dpaudit.mechanisms.noise import Claim
 from dpaudit.records import DPSGDRecord
@@ -148,7 +149,8 @@ def test_dpgd_white_box_dirac_mu_bound_near_exact_gdp(tmp_path):
 def test_dpgd_white_box_scores_are_the_gaussian_of_exact_gdp(tmp_path):
     # Scores/Σ: standardised by the known noise std √T·σC/n, the two arms are N(0, 1) and
     # N(μ, 1) with μ = √T/σ = 1. Kolmogorov–Smirnov at level 1e-3 on 1000 per arm.
-    from dpaudit.dpsgd.kind import DpsgdSpec, dpsgd_unit
+    from dpaudit.dpsgd.schema import DpsgdSpec
+    from dpaudit.dpsgd.units import dpsgd_unit
 
     # The plain sum (score = "sum"); tests/test_whitebox_lr.py checks the likelihood ratio.
     section = DpsgdSection.model_validate({**DPGD, "trials": 1000, "score": "sum"})
@@ -329,7 +331,8 @@ def test_section_is_frozen_and_forbids_extra():
 
 
 def test_records_of_the_engine_are_what_ran(tmp_path):
-    from dpaudit.dpsgd.kind import DpsgdSpec, dpsgd_unit
+    from dpaudit.dpsgd.schema import DpsgdSpec
+    from dpaudit.dpsgd.units import dpsgd_unit
 
     section = DpsgdSection.model_validate({**DPSGD_WHITE, "trials": 2})
     cfg = DpsgdSpec(section=section, seed=0, unit_size=10, base_dir=str(HERE))

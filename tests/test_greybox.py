@@ -593,7 +593,8 @@ def test_a_failed_check_outside_the_gate_is_still_a_violation_and_a_warning(tmp_
 def test_engine_observer_with_an_input_canary() -> None:
     # ClipBKD puts the canary row on the all-zero column: only the models without the
     # canary keep it untouched; the two arms sample from n and n + 1 rows.
-    from dpaudit.dpsgd.kind import DpsgdSection, DpsgdSpec, _setup
+    from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
+    from dpaudit.dpsgd.setup import _setup
     from dpaudit.trainers import TRAINERS, CanarySetup, TrainerSettings
 
     section = DpsgdSection.model_validate(

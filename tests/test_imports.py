@@ -112,7 +112,7 @@ def test_a_name_registers_once() -> None:
 
 
 def test_builtin_trainer_names_match_the_trainer_registry() -> None:
-    from dpaudit.dpsgd.kind import BUILTIN_TRAINERS
+    from dpaudit.dpsgd.schema import BUILTIN_TRAINERS
     from dpaudit.trainers import TRAINERS
 
     assert set(BUILTIN_TRAINERS) == set(TRAINERS)

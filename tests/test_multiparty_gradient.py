@@ -23,7 +23,8 @@ from scipy import stats
 
 from dpaudit import theory
 from dpaudit.dpsgd.canaries import dirac_direction
-from dpaudit.dpsgd.kind import DpsgdSection, _many_run_bounds
+from dpaudit.dpsgd.schema import DpsgdSection
+from dpaudit.dpsgd.summary import _many_run_bounds
 from dpaudit.kinds.base import VerdictBudget
 from dpaudit.models import ModelSpec
 from dpaudit.trainers import (

@@ -290,7 +290,7 @@ def _bound(epsilon: float, delta: float, mu: float | None, source: str):
 
 
 def test_records_and_a_claim_are_held_together_the_smaller_deciding() -> None:
-    from dpaudit.dpsgd.kind import _tighter
+    from dpaudit.dpsgd.summary import _tighter
 
     accountant = _bound(5.458, 1e-5, 1.429, "accountant")
     smaller = _tighter(accountant, _bound(4.0, 1e-5, None, "trainer claim"))

@@ -15,13 +15,10 @@ import pytest
 from scipy import optimize, stats
 
 from dpaudit import erm, theory
-from dpaudit.dpsgd.kind import (
-    DpsgdSection,
-    DpsgdSpec,
-    _many_run_bounds,
-    _setup,
-    run_dpsgd_from_section,
-)
+from dpaudit.dpsgd.api import run_dpsgd_from_section
+from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
+from dpaudit.dpsgd.setup import _setup
+from dpaudit.dpsgd.summary import _many_run_bounds
 from dpaudit.mechanisms.noise import Claim
 from dpaudit.trainers import (
     TrainerOutput,
@@ -219,7 +216,7 @@ def test_multiparty_bound_is_the_aggregate_sensitivity():
 def test_released_scores_follow_the_simulated_likelihood_ratio(tmp_path):
     # The audit's scores of 1000 models per arm against the simulated exact LR of the
     # pair: two-sample Kolmogorov–Smirnov at level 1e-3 per arm.
-    from dpaudit.dpsgd.kind import dpsgd_unit
+    from dpaudit.dpsgd.units import dpsgd_unit
 
     section = DpsgdSection.model_validate({**OP, "trials": 1000})
     spec = DpsgdSpec(section=section, seed=0, unit_size=2000, base_dir=str(HERE))

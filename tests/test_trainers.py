@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dpaudit.dpsgd.kind import run_dpsgd_from_section
+from dpaudit.dpsgd.api import run_dpsgd_from_section
 from dpaudit.errors import ConfigError
 from dpaudit.trainers import TRAINERS, get_trainer
 

@@ -22,14 +22,11 @@ import pytest
 import torch
 from scipy import stats
 
-from dpaudit.dpsgd.kind import (
-    DpsgdSection,
-    DpsgdSpec,
-    _many_run_bounds,
-    _setup,
-    dpsgd_unit,
-    run_dpsgd_from_section,
-)
+from dpaudit.dpsgd.api import run_dpsgd_from_section
+from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
+from dpaudit.dpsgd.setup import _setup
+from dpaudit.dpsgd.summary import _many_run_bounds
+from dpaudit.dpsgd.units import dpsgd_unit
 from dpaudit.errors import ConfigError, DpauditError
 from dpaudit.kinds.base import VerdictBudget
 from dpaudit.models import ModelSpec

@@ -1,6 +1,12 @@
 """Canary audits of DP-SGD and other trainers (multi-run and one-run): the ``dpsgd`` audit
-kind, its canaries (:mod:`~dpaudit.dpsgd.canaries`) and a Python entry point
-(:func:`run_dpsgd_from_section`).
+kind and a Python entry point (:func:`run_dpsgd_from_section`).
+
+The ``[dpsgd]`` tables (:mod:`~dpaudit.dpsgd.schema`), the data, model and canary set-up
+(:mod:`~dpaudit.dpsgd.setup`), the canaries (:mod:`~dpaudit.dpsgd.canaries`), the
+many-run units (:mod:`~dpaudit.dpsgd.units`), the one-run audit
+(:mod:`~dpaudit.dpsgd.one_run`), the summary of the stored units
+(:mod:`~dpaudit.dpsgd.summary`), the kind adapter (:mod:`~dpaudit.dpsgd.kind`) and the
+Python entry point (:mod:`~dpaudit.dpsgd.api`).
 """
 
 from __future__ import annotations
@@ -10,15 +16,15 @@ from typing import TYPE_CHECKING
 from dpaudit._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
-    "DpsgdOutcome": "dpaudit.dpsgd.kind",
-    "run_dpsgd_from_section": "dpaudit.dpsgd.kind",
+    "DpsgdOutcome": "dpaudit.dpsgd.api",
+    "run_dpsgd_from_section": "dpaudit.dpsgd.api",
 }
 
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
-    from dpaudit.dpsgd.kind import (
+    from dpaudit.dpsgd.api import (
         DpsgdOutcome,
         run_dpsgd_from_section,
     )

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dpaudit.errors import DataError, DpauditError, check_choice
+from dpaudit.errors import DataError, DpauditError, check_choice, check_integer
 
 __all__ = [
     "CANARY_KINDS",
@@ -194,20 +194,9 @@ def dirac_direction(num_parameters: int, index: int) -> np.ndarray:
         Nasr et al. 2023, "Tight Auditing of Differentially Private Machine Learning",
         §3.2 (Dirac canary gradients).
     """
-    if isinstance(num_parameters, bool) or not isinstance(num_parameters, int | np.integer):
-        raise DpauditError(
-            f"The 'num_parameters' parameter must be an integer. Got {num_parameters!r}."
-        )
-    if (
-        isinstance(index, bool)
-        or not isinstance(index, int | np.integer)
-        or not 0 <= index < num_parameters
-    ):
-        raise DpauditError(
-            f"The 'index' parameter must be in [0, {num_parameters - 1}]. Got {index!r} instead."
-        )
-    e = np.zeros(int(num_parameters))
-    e[int(index)] = 1.0
+    size = check_integer("num_parameters", num_parameters, low=1)
+    e = np.zeros(size)
+    e[check_integer("index", index, low=0, high=size - 1)] = 1.0
     return e
 
 
@@ -262,22 +251,22 @@ def crafted_canary(
     """
     x, labels = _check_data(X, y)
     d = int(x.shape[1])
-    if isinstance(feature, bool) or not isinstance(feature, int | np.integer):
-        raise DataError(f"The 'feature' parameter must be an integer. Got {feature!r}.")
-    if not 0 <= int(feature) < d:
-        raise DataError(f"The 'feature' parameter must be in [0, {d - 1}]. Got {feature}.")
-    if np.any(x[:, int(feature)] != 0.0):
+    try:
+        j = check_integer("feature", feature, low=0, high=d - 1)
+    except DpauditError as exc:  # a column this data does not have
+        raise DataError(str(exc)) from None
+    if np.any(x[:, j] != 0.0):
         raise DataError(
-            f"The crafted canary needs an all-zero feature; column {int(feature)} has "
-            f"{int(np.count_nonzero(x[:, int(feature)]))} nonzero rows."
+            f"The crafted canary needs an all-zero feature; column {j} has "
+            f"{int(np.count_nonzero(x[:, j]))} nonzero rows."
         )
     if not (isinstance(value, int | float) and np.isfinite(value) and value > 0):
         raise DpauditError(f"The 'value' parameter must be a positive number. Got {value!r}.")
     k = _num_classes(labels, num_classes)
     label = int(np.argmin(np.bincount(labels, minlength=k)))
     row = np.zeros(d)
-    row[int(feature)] = float(value)
-    return CraftedCanary(row, label, (label + 1) % k, int(feature), float(value))
+    row[j] = float(value)
+    return CraftedCanary(row, label, (label + 1) % k, j, float(value))
 
 
 @dataclass(frozen=True)

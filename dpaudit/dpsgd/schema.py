@@ -1,0 +1,256 @@
+"""The ``[dpsgd]`` audit-file tables and the spec every dpsgd unit receives.
+
+Validating an audit file reads only this module (pydantic, no torch, no scipy): every
+rule that can be checked from the tables alone is a validator here, with a message that
+names what to change.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from dpaudit.dpsgd.canaries import INPUT_CANARY_KINDS
+from dpaudit.sections import Table, TrainingSection
+
+__all__ = [
+    "BUILTIN_TRAINERS",
+    "ENGINE_TRAINERS",
+    "ERM_TRAINERS",
+    "BlackBoxSection",
+    "DpsgdSection",
+    "DpsgdSpec",
+    "DpsgdTrainingSection",
+    "OneRunSection",
+    "erm_mechanism",
+]
+
+#: The trainers of :data:`dpaudit.trainers.TRAINERS` (kept here so that validating an
+#: audit file needs no torch; a test checks the two agree).
+BUILTIN_TRAINERS = (
+    "dpsgd",
+    "dpgd",
+    "output-perturbation",
+    "multiparty",
+    "multiparty-gradient",
+    "plain",
+)
+#: dpaudit's own DP-SGD trainers (the engine).
+ENGINE_TRAINERS = ("dpsgd", "dpgd")
+#: The trainers that release a regularised ERM minimiser plus calibrated noise.
+ERM_TRAINERS = ("output-perturbation", "multiparty")
+
+
+class DpsgdTrainingSection(TrainingSection):
+    """``[dpsgd.training]``: the shared ``[training]`` schema; only ``epochs`` defaults to 1."""
+
+    epochs: Annotated[int, Field(ge=1)] = 1
+
+
+class OneRunSection(Table):
+    """``[dpsgd.one_run]``: m canaries in one run, r guesses (top r/2 and bottom r/2)."""
+
+    canaries: Annotated[int, Field(ge=2, le=100_000)] = 1000
+    guesses: Annotated[int, Field(ge=2)] = 100
+
+    @model_validator(mode="after")
+    def _guesses_fit(self) -> OneRunSection:
+        if self.guesses > self.canaries or self.guesses % 2:
+            raise ValueError("'guesses' must be even and at most 'canaries'")
+        return self
+
+
+class BlackBoxSection(Table):
+    """``[dpsgd.black_box]``: the black-box levers of Annamalai and De Cristofaro (2024).
+
+    Attributes:
+        initial: ``random`` (each model's own random initialisation) or ``worst-case``: one
+            θ₀ shared by every model of both arms, all zeros except the decoy class's
+            weight on the crafted canary's feature, far enough ahead that the canary stays
+            misclassified and its clipped gradient is the same known vector in every step
+            (:func:`dpaudit.dpsgd.canaries.worst_case_initial_parameters`).
+        score: ``loss`` (minus the canary's loss on the final model) or ``logit-shift``:
+            the final model's logit margin of the canary's label over its decoy class on
+            the canary, minus the same margin on the canary with its feature set to 0,
+            divided by the canary's value. Two queries of the final model; for a logistic
+            regression it is exactly the canary's weight difference W[label, j] −
+            W[decoy, j], which is Gaussian under full-batch DP-GD.
+
+    References:
+        Annamalai and De Cristofaro 2024, "Nearly Tight Black-Box Auditing of
+        Differentially Private Machine Learning", arXiv 2405.14106v4, §3 (worst-case
+        initial parameters; full-batch training; the final model's output on the target).
+    """
+
+    initial: Literal["random", "worst-case"] = "random"
+    score: Literal["loss", "logit-shift"] = "loss"
+
+
+class DpsgdSection(Table):
+    """``[dpsgd]``: a canary audit of a training procedure.
+
+    Attributes:
+        dataset: ``"synthetic"`` (two Gaussian classes) or a name for
+            :func:`dpaudit.data.load_dataset` (``"sklearn:digits"``, ``"csv:path"``, ...).
+        label: the label column for csv/parquet (or ``"col>value"``).
+        rows: keep this many rows (seeded choice); synthetic: how many to make.
+        features: synthetic only: number of features.
+        zero_features: all-zero feature columns appended; a Dirac canary sits on the
+            first layer's weight of one of them, which no real gradient touches.
+        normalize: scale every row (canary included) to norm ≤ 1 (needed by the ERM
+            trainers, whose loss must be 1-Lipschitz).
+        model: ``"logistic"`` or ``"mlp"`` (with ``hidden``).
+        training: the shared training table (``epochs`` defaults to 1 here).
+        trainer: a registered trainer (:data:`BUILTIN_TRAINERS`) or ``"pkg.module:function"``.
+        options: trainer options (``epsilon``, ``lam``, ``parties``, or a user trainer's).
+        canary: ``mislabeled`` | ``ood`` | ``clipbkd`` | ``crafted`` (input rows) | ``dirac``
+            (gradient). ``crafted`` sits on an appended all-zero feature that only it uses.
+            ``worst-case`` (ERM trainers): the replace-one pair of unit records that moves
+            the exact minimiser most, scored by the exact log-likelihood ratio of the
+            released model under the mechanism's noise density (:mod:`dpaudit.erm`).
+        mechanism: the ERM mechanism whose density the ``worst-case`` score uses
+            (``output-perturbation`` or ``multiparty``); default: the trainer's own.
+        threat_model: ``black-box`` (final model's canary loss) or ``white-box`` (a
+            score of every step's update projected on the Dirac canary).
+        score: the white-box statistic: ``likelihood-ratio`` (default; the sum over
+            steps of the log-likelihood ratio of (1 − q)N(0, σ²C²) + qN(C, σ²C²) to
+            N(0, σ²C²), the Neyman–Pearson test for Poisson-subsampled steps, see
+            :mod:`dpaudit.whitebox`) or ``sum`` (the plain sum of the projections,
+            Nasr et al. 2023 §3). The one-run audit scores its canaries the same way.
+        trials: models per arm (with and without the canary).
+        threshold: ``split`` or ``bonferroni`` (see :mod:`dpaudit.bounds`).
+        models_per_unit: models per work unit (default ``[execution] unit_size``, capped).
+        one_run: optional one-run audit.
+        black_box: optional black-box levers (worst-case θ₀, logit-shift score).
+    """
+
+    dataset: str = "synthetic"
+    label: str | None = None
+    rows: Annotated[int, Field(ge=2)] | None = None
+    features: Annotated[int, Field(ge=1)] = 4
+    zero_features: Annotated[int, Field(ge=0)] | None = None
+    normalize: bool = False
+    model: Literal["logistic", "mlp"] = "logistic"
+    hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [32])
+    training: DpsgdTrainingSection = DpsgdTrainingSection()
+    trainer: str = "dpsgd"
+    options: dict[str, float | int | str] = Field(default_factory=dict)
+    canary: Literal["mislabeled", "ood", "clipbkd", "crafted", "dirac", "worst-case"] = "dirac"
+    mechanism: Literal["output-perturbation", "multiparty"] | None = None
+    threat_model: Literal["black-box", "white-box"] = "white-box"
+    score: Literal["likelihood-ratio", "sum"] = "likelihood-ratio"
+    trials: Annotated[int, Field(ge=0, le=10_000_000)] = 1000
+    threshold: Literal["split", "bonferroni"] = "split"
+    models_per_unit: Annotated[int, Field(ge=1)] | None = None
+    one_run: OneRunSection | None = None
+    black_box: BlackBoxSection | None = None
+
+    @property
+    def full_batch(self) -> bool:
+        return self.trainer == "dpgd" or self.training.full_batch
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DpsgdSection:
+        t = self.trainer
+        if t not in BUILTIN_TRAINERS and ":" not in t:
+            raise ValueError(
+                f"unknown trainer {t!r}; allowed: {', '.join(BUILTIN_TRAINERS)} or "
+                "'pkg.module:function'"
+            )
+        if (self.canary == "dirac") != (self.threat_model == "white-box"):
+            raise ValueError(
+                "a 'dirac' gradient canary is observed white-box and input canaries "
+                f"({', '.join((*INPUT_CANARY_KINDS, 'worst-case'))}) black-box; "
+                f"got canary={self.canary!r} "
+                f"with threat_model={self.threat_model!r}"
+            )
+        if t in ENGINE_TRAINERS and self.training.dp is None:
+            raise ValueError(f"the {t!r} trainer needs [dpsgd.training.dp]")
+        if self.threat_model == "white-box" and t in ("plain", *ERM_TRAINERS):
+            raise ValueError(f"the {t!r} trainer supports black-box audits only")
+        if t in ERM_TRAINERS:
+            need = ["epsilon", "lam"] + (["parties"] if t == "multiparty" else [])
+            missing = [k for k in need if k not in self.options]
+            if missing:
+                raise ValueError(f"the {t!r} trainer needs options {missing}")
+        problem = self.training.target_mu_problem(full_batch=self.full_batch)
+        if problem is not None:
+            raise ValueError(problem)
+        if self.trials == 0 and self.one_run is None:
+            raise ValueError("set 'trials' > 0, or a [dpsgd.one_run] table, or both")
+        if self.one_run is not None and (t != "dpsgd" or self.canary != "dirac"):
+            raise ValueError("[dpsgd.one_run] audits the 'dpsgd' trainer with 'dirac' canaries")
+        return self
+
+    @model_validator(mode="after")
+    def _black_box_levers(self) -> DpsgdSection:
+        problem = _black_box_problem(self) or _worst_case_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+
+def _black_box_problem(s: DpsgdSection) -> str | None:
+    """Why the crafted canary or ``[dpsgd.black_box]`` cannot be used as configured."""
+    if s.canary == "crafted":
+        if s.zero_features == 0:
+            return "the 'crafted' canary needs an all-zero feature: zero_features >= 1"
+        if s.normalize:
+            return "the 'crafted' canary is not normalised: set normalize = false"
+    b = s.black_box
+    if b is None:
+        return None
+    if s.threat_model != "black-box":
+        return "[dpsgd.black_box] needs threat_model = 'black-box'"
+    if (b.initial == "worst-case" or b.score == "logit-shift") and s.canary != "crafted":
+        return (
+            "initial = 'worst-case' and score = 'logit-shift' need canary = 'crafted'; "
+            f"got canary={s.canary!r}"
+        )
+    if b.initial == "worst-case":
+        if s.trainer not in ENGINE_TRAINERS:
+            return (
+                "initial = 'worst-case' needs the 'dpsgd' or 'dpgd' trainer (the engine "
+                f"starts every model from it); got trainer={s.trainer!r}"
+            )
+        if s.model != "logistic":
+            return f"initial = 'worst-case' is made for model = 'logistic'; got {s.model!r}"
+        if s.training.momentum != 0.0 or s.training.weight_decay != 0.0:
+            return "initial = 'worst-case' needs momentum = 0 and weight_decay = 0"
+    return None
+
+
+def erm_mechanism(s: DpsgdSection) -> str | None:
+    """The ERM mechanism whose noise density scores a worst-case canary, if any."""
+    if s.mechanism is not None:
+        return s.mechanism
+    return s.trainer if s.trainer in ERM_TRAINERS else None
+
+
+def _worst_case_problem(s: DpsgdSection) -> str | None:
+    """Why ``canary = "worst-case"`` (or ``mechanism``) cannot be used as configured."""
+    if s.canary != "worst-case":
+        return "'mechanism' is used by canary = 'worst-case' only" if s.mechanism else None
+    mechanism = erm_mechanism(s)
+    if mechanism is None:
+        return (
+            "canary = 'worst-case' needs an ERM trainer ('output-perturbation', "
+            f"'multiparty') or 'mechanism' naming the density; got trainer={s.trainer!r}"
+        )
+    need = ["epsilon", "lam"] + (["parties"] if mechanism == "multiparty" else [])
+    missing = [k for k in need if k not in s.options]
+    if missing:
+        return f"canary = 'worst-case' with mechanism {mechanism!r} needs options {missing}"
+    if s.black_box is not None:
+        return "[dpsgd.black_box] does not apply to canary = 'worst-case'"
+    return None
+
+
+class DpsgdSpec(Table):
+    """What a dpsgd unit depends on: a pure, picklable function input."""
+
+    section: DpsgdSection
+    seed: int
+    unit_size: int
+    base_dir: str

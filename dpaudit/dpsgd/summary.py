@@ -1,0 +1,359 @@
+"""From the stored units to the dpsgd kind's tests, comparisons and grey-box checks.
+
+The scores of the two arms of the many-run units are independent trials of H0 (canary
+out) and H1 (canary in), so their ε and μ lower bounds (:mod:`dpaudit.bounds`) are
+``rigorous-multi-run``. They are held against the upper bounds read from what the trainer
+says it RAN (its DPSGDRecords through the accountant, or its Claim, or both:
+:mod:`dpaudit.upper_bounds`). The one run is held against its own accountant ε
+(:mod:`dpaudit.dpsgd.one_run`), and the grey-box tests of the run's internals
+(:mod:`dpaudit.greybox`) become gate checks.
+
+What enters the verdict is decided once, by :func:`in_verdict`: the kind's
+``comparisons`` counts that list before any bound is computed, and :func:`summarise`
+puts exactly the listed comparisons and checks into the verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpaudit.bounds import (
+    EpsilonBound,
+    MuBound,
+    epsilon_lower_bound,
+    mu_bound_against_bracket,
+    mu_lower_bound,
+)
+from dpaudit.dpsgd.one_run import ONE_RUN_UNIT, one_run_comparison
+from dpaudit.dpsgd.schema import ENGINE_TRAINERS, DpsgdSection, DpsgdSpec
+from dpaudit.dpsgd.setup import _setup, worst_case_details
+from dpaudit.dpsgd.units import trainer_libraries
+from dpaudit.greybox import GreyBoxObservations, GreyBoxTest, greybox_tests
+from dpaudit.kinds.base import KindSummary, Outputs, RunContext, null_result_warning
+from dpaudit.records import DPSGDRecord
+from dpaudit.results import (
+    Check,
+    Comparison,
+    TestSummary,
+    gdp_implied_comparison,
+    score_summary,
+    theory_curves,
+)
+from dpaudit.upper_bounds import Claim, UpperBound, from_claim, from_records
+
+__all__ = ["StoredUnits", "in_verdict", "read_units", "summarise"]
+
+#: Built-in trainers that run no DP-SGD: the grey-box checks do not apply to them.
+_NOT_DPSGD = ("output-perturbation", "multiparty", "multiparty-gradient", "plain")
+#: The names :func:`in_verdict` gives the many-run and one-run comparisons.
+_MANY_EPSILON, _MANY_MU, _ONE_RUN_EPSILON = "many-run epsilon", "many-run mu", "one-run epsilon"
+
+
+@dataclass(frozen=True)
+class StoredUnits:
+    """The stored units of a dpsgd audit, read once, with what they are held against.
+
+    Attributes:
+        many: the many-run units' arrays, in unit order.
+        one: the one-run unit's arrays (``None`` without ``[dpsgd.one_run]``).
+        upper: the upper bound read from what the many-run models ran (``None`` without
+            many-run units).
+        greybox: every grey-box test of the many-run units.
+    """
+
+    many: tuple[Mapping[str, np.ndarray], ...]
+    one: Mapping[str, np.ndarray] | None
+    upper: UpperBound | None
+    greybox: tuple[GreyBoxTest, ...]
+
+
+def read_units(s: DpsgdSection, outputs: Outputs, *, delta: float) -> StoredUnits:
+    """Split the stored units into the many-run and one-run ones; read their upper bound
+    and grey-box tests."""
+    many = [outputs[u] for u in sorted(outputs) if u != ONE_RUN_UNIT]
+    return StoredUnits(
+        tuple(many),
+        outputs.get(ONE_RUN_UNIT),
+        _many_run_upper(many, delta),
+        _greybox_tests(s, many),
+    )
+
+
+def in_verdict(stored: StoredUnits) -> tuple[str, ...]:
+    """Every comparison and check that takes a share of the verdict's budget, by name.
+
+    The kind's ``comparisons`` is the length of this list; :func:`summarise` marks as in
+    the verdict exactly what it lists.
+    """
+    listed: list[str] = []
+    if stored.upper is not None:
+        # An infinite claim (the plain trainer's ε = ∞) can never be violated: it is
+        # reported but kept out of the verdict, so it takes no share of the budget.
+        listed += [_MANY_EPSILON] if stored.upper.epsilon_finite else []
+        listed += [_MANY_MU] if stored.upper.mu_finite else []
+    if stored.one is not None:
+        listed.append(_ONE_RUN_EPSILON)  # held against the one run's own accountant ε
+    # Each grey-box p-value test is one comparison of the budget (it fails when
+    # p < (1 − c)/k); deterministic checks cannot fail by chance and take no share.
+    listed += [t.check for t in stored.greybox if t.chance and t.evaluated]
+    return tuple(listed)
+
+
+def summarise(
+    s: DpsgdSection, context: RunContext, outputs: Outputs, *, level: float
+) -> KindSummary:
+    """Tests, comparisons and grey-box checks of the stored units; in-verdict ones at
+    ``level``."""
+    delta = context.delta
+    stored = read_units(s, outputs, delta=delta)
+    verdict = in_verdict(stored)
+    comparisons: list[Comparison] = []
+    tests: list[TestSummary] = []
+    warnings: list[str] = []
+    upper = stored.upper
+    if upper is not None:
+        scores = np.concatenate([p["scores"] for p in stored.many])
+        inc = np.concatenate([p["included"] for p in stored.many]).astype(bool)
+        neg, pos = scores[~inc], scores[inc]
+        eps_lb, mu_lb = _many_run_bounds(s, upper, neg, pos, level=level, seed=context.seed)
+        label = _label(s)
+        comparisons.append(
+            Comparison(
+                test=label,
+                parameter="epsilon",
+                lower=eps_lb,
+                upper=upper.epsilon,
+                upper_source=f"{upper.source} ε",
+                in_verdict=_MANY_EPSILON in verdict,
+            )
+        )
+        mu_source = f"{upper.source} μ" if upper.mu is not None else "none"
+        comparisons.append(
+            Comparison(
+                test=label,
+                parameter="mu",
+                lower=mu_lb,
+                upper=upper.mu,
+                upper_source=mu_source,
+                in_verdict=_MANY_MU in verdict,
+            )
+        )
+        if mu_lb.value > 0 and upper.mu is not None and upper.mu_finite:
+            # Informational: the ε that μ_LB implies IF the trade-off curve is Gaussian
+            # ("assumes-gdp"); the white-box Dirac score of DP-GD is exactly Gaussian.
+            comparisons.append(
+                gdp_implied_comparison(label, mu_lb, upper.mu, delta=delta, source=upper.source)
+            )
+        test = _many_run_test(s, upper, neg, pos, mu_lb, context.confidence_level, context.base_dir)
+        if s.canary == "worst-case":
+            test = test.with_details(
+                worst_case=_summary_worst_case(s, context, trials=int(neg.size), level=level)
+            )
+        tests.append(test)
+        if eps_lb.value == 0.0 and mu_lb.value == 0.0:
+            warnings.append(null_result_warning(label, f"{neg.size} models per arm", eps_lb))
+    if stored.one is not None:
+        comparisons.append(
+            one_run_comparison(
+                stored.one, s, delta=delta, level=level, in_verdict=_ONE_RUN_EPSILON in verdict
+            )
+        )
+    checks = tuple(
+        _greybox_check(t, 1.0 - level, in_verdict=t.check in verdict) for t in stored.greybox
+    )
+    return KindSummary(
+        tuple(tests), tuple(comparisons), (), tuple(warnings), _data_hash(s), checks=checks
+    )
+
+
+# ----------------------------------------------------------------------- upper bounds
+
+
+def _claim_upper(parts: Sequence[Mapping[str, np.ndarray]], delta: float) -> UpperBound:
+    # (ε, δ, μ, ρ) per unit; units stored before ρ claims existed hold the first three.
+    claims = np.concatenate(
+        [
+            np.pad(
+                p["claim"].reshape(1, -1),
+                ((0, 0), (0, 4 - p["claim"].size)),
+                constant_values=np.nan,
+            )
+            for p in parts
+        ]
+    )
+
+    def largest(column: np.ndarray) -> float | None:
+        # The claim must cover every model: keep the weakest (largest) one stated.
+        finite_or_inf = column[~np.isnan(column)]
+        return float(finite_or_inf.max()) if finite_or_inf.size else None
+
+    claim = Claim(
+        epsilon=largest(claims[:, 0]),
+        delta=float(claims[:, 1].max()),
+        mu=largest(claims[:, 2]),
+        rho=largest(claims[:, 3]),
+    )
+    return from_claim(claim, delta)
+
+
+def _many_run_upper(many: Sequence[Mapping[str, np.ndarray]], delta: float) -> UpperBound | None:
+    if not many:
+        return None
+    if "claim" in many[0] and "noise_multiplier" in many[0]:
+        return _tighter(
+            from_records(DPSGDRecord.from_arrays(many), delta), _claim_upper(many, delta)
+        )
+    if "claim" in many[0]:
+        return _claim_upper(many, delta)
+    return from_records(DPSGDRecord.from_arrays(many), delta)
+
+
+def _tighter(accountant: UpperBound, claim: UpperBound) -> UpperBound:
+    """The accountant's bounds for what ran and a claim, both held: the smaller decides.
+
+    Each must hold on its own, so a lower bound above either proves one of them false:
+    comparing with the smaller of the two is the same test as comparing with both, at no
+    extra share of the verdict's budget. A claim at δ' ≤ δ also holds at δ ((ε, δ')-DP
+    implies (ε, δ)-DP); a claim at a larger δ' says nothing at δ and is only reported.
+    """
+    use_claim = claim.epsilon_delta <= accountant.epsilon_delta
+    eps = claim if use_claim and claim.epsilon < accountant.epsilon else accountant
+    mu = claim if claim.mu is not None and claim.mu < (accountant.mu or math.inf) else accountant
+    source = eps.source if mu is eps or mu.mu is None else f"{eps.source} (ε), {mu.source} (μ)"
+    return UpperBound(
+        eps.epsilon,
+        accountant.epsilon_delta,
+        mu.mu,
+        source,
+        {**accountant.detail, **claim.detail, "accountant_epsilon": accountant.epsilon},
+        mu.mu_tail,
+    )
+
+
+# ----------------------------------------------------------------------- many-run test
+
+
+def _many_run_bounds(
+    s: DpsgdSection, upper: UpperBound, neg: np.ndarray, pos: np.ndarray, *, level: float, seed: int
+) -> tuple[EpsilonBound, MuBound]:
+    """The ε and μ lower bounds of the two arms, each at the verdict's per-bound level."""
+    eps_lb = epsilon_lower_bound(
+        neg,
+        pos,
+        delta=upper.epsilon_delta,
+        confidence_level=level,
+        threshold=s.threshold,
+        seed=seed,
+    )
+    mu_lb = mu_lower_bound(neg, pos, confidence_level=level, threshold=s.threshold, seed=seed)
+    return eps_lb, mu_bound_against_bracket(mu_lb, upper.mu_tail)
+
+
+def _many_run_test(
+    s: DpsgdSection,
+    upper: UpperBound,
+    neg: np.ndarray,
+    pos: np.ndarray,
+    mu_lb: MuBound,
+    c: float,
+    base_dir: Path | str = ".",
+) -> TestSummary:
+    label = _label(s)
+    curves = theory_curves(
+        epsilon=upper.epsilon, delta=upper.epsilon_delta, mu=upper.mu, label=f"{upper.source}: "
+    ) + theory_curves(mu=mu_lb.value if mu_lb.value > 0 else None, label="lower bound: ")
+    return score_summary(
+        "dpsgd", label, neg, pos, confidence_level=c, hypotheses=("canary out", "canary in")
+    ).with_details(
+        theory_curves=curves,
+        dpsgd={
+            "trainer": s.trainer,
+            **trainer_libraries(s.trainer, base_dir),
+            "canary": s.canary,
+            "threat_model": s.threat_model,
+            "trials_per_arm": int(neg.size),
+            "upper_bound": {
+                "epsilon": upper.epsilon,
+                "delta": upper.epsilon_delta,
+                "mu": upper.mu,
+                "source": upper.source,
+                **upper.detail,
+            },
+        },
+    )
+
+
+def _summary_worst_case(
+    s: DpsgdSection, context: RunContext, *, trials: int, level: float
+) -> dict[str, Any]:
+    """The worst-case pair's realised sensitivity, realised ε and ideal bound (details)."""
+    spec = DpsgdSpec(section=s, seed=context.seed, unit_size=1, base_dir=str(context.base_dir))
+    worst = _setup(spec).worst_case
+    assert worst is not None  # canary = "worst-case" builds it
+    return worst_case_details(
+        worst, trials=trials, threshold=s.threshold, level=level, seed=context.seed
+    )
+
+
+def _label(s: DpsgdSection) -> str:
+    return f"{s.canary} canary, {s.threat_model}, trainer {s.trainer}"
+
+
+def _data_hash(s: DpsgdSection) -> str:
+    keys = ("dataset", "label", "rows", "features", "zero_features", "normalize", "canary")
+    return hashlib.sha256(
+        json.dumps({k: getattr(s, k) for k in keys}, sort_keys=True).encode()
+    ).hexdigest()
+
+
+# ---------------------------------------------------------------------- grey-box checks
+
+
+def _greybox_tests(
+    s: DpsgdSection, many: Sequence[Mapping[str, np.ndarray]]
+) -> tuple[GreyBoxTest, ...]:
+    """Every grey-box test of the stored units: evaluated when every unit carries
+    observations, listed as not evaluated when a DP-SGD trainer gave none, absent for
+    trainers that run no DP-SGD (and gave none)."""
+    if not many:
+        return ()
+    obs = GreyBoxObservations.from_arrays(many)
+    if obs is None and s.trainer in _NOT_DPSGD:
+        return ()
+    tests = greybox_tests(obs)
+    if s.trainer in ENGINE_TRAINERS:
+        # dpaudit's own engine clips inside its fused step and does not report the
+        # clipped norms (its clipped steps match Opacus in tests/test_training_opacus.py): the
+        # unobserved clipping check would only add a warning to every audit.
+        tests = tuple(t for t in tests if not (t.check == "greybox_clipping" and t.p_value is None))
+    return tests
+
+
+def _greybox_check(test: GreyBoxTest, alpha: float, *, in_verdict: bool) -> Check:
+    """A grey-box test as a gate check: p-value tests fail when p < α = (1 − c)/k, the
+    verdict's per-comparison share, and spend that share when ``in_verdict``;
+    deterministic ones fail when p = 0 and take no share."""
+    what = f"{test.title}: {test.reason}"
+    if test.p_value is None:
+        return Check(test.check, None, alpha if test.chance else None, True, what, "not-evaluated")
+    ok = test.passed(alpha)
+    bug = "" if ok else ": the run did not do what was accounted"
+    if not test.chance:
+        return Check(test.check, test.p_value, None, ok, f"{what} (deterministic){bug}")
+    sign = "≥" if ok else "<"
+    return Check(
+        test.check,
+        test.p_value,
+        alpha,
+        ok,
+        f"{test.title}: p = {test.p_value:.3g} {sign} {alpha:.3g} ({test.reason}){bug}",
+        spends_budget=in_verdict,
+    )

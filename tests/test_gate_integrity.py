@@ -1,0 +1,449 @@
+"""A gate nothing can fool: plug-ins that exit, tampered run folders, stale reports.
+
+Each case goes through the CLI and checks the exit code, the one line it prints and what
+is left in the run directory. Cases that need a real process (``os._exit``, kill -9, the
+terminal's encoding) run ``dpaudit`` as a subprocess.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from dpaudit.audit import run_audit, verify_run
+from dpaudit.cli import app
+from dpaudit.store import DIGEST_KEY, RunLock, RunStore, unit_digest
+
+runner = CliRunner()
+DPAUDIT = str(Path(sys.executable).parent / "dpaudit")
+ROOT = Path(__file__).resolve().parent.parent
+_names = itertools.count()
+
+LAPLACE = """
+[audit]
+name = "{name}"
+kinds = ["mechanism"]
+[mechanism]
+name = "laplace"
+epsilon = {epsilon}
+trials = 8000
+{claim}
+[execution]
+unit_size = 2000
+{extra}
+"""
+
+PLUGIN_AUDIT = """
+[audit]
+name = "plug"
+kinds = ["mechanism"]
+[mechanism]
+name = "{module}:mechanism"
+data = [[0.0], [1.0]]
+trials = 2000
+[mechanism.claim]
+epsilon = 1.0
+"""
+
+
+def _laplace(tmp_path: Path, *, name: str = "lap", epsilon: float = 1.0, claim: str = "",
+             extra: str = "") -> Path:  # fmt: skip
+    f = tmp_path / f"{name}.toml"
+    f.write_text(LAPLACE.format(name=name, epsilon=epsilon, claim=claim, extra=extra))
+    return f
+
+
+def _plugin(tmp_path: Path, body: str) -> Path:
+    """An audit whose mechanism plug-in runs ``body`` (a module name used once)."""
+    module = f"hostile_plugin_{next(_names)}"
+    (tmp_path / f"{module}.py").write_text(
+        "import os, sys\nimport numpy as np\n\n"
+        "def mechanism(data, *, rng, size):\n"
+        + textwrap.indent(textwrap.dedent(body), "    ")
+        + "\n    return rng.laplace(float(np.sum(data)), 1.0, size)\n"
+    )
+    f = tmp_path / "plug.toml"
+    f.write_text(PLUGIN_AUDIT.format(module=module))
+    return f
+
+
+def _lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------- plug-ins and the exit code
+
+
+@pytest.mark.parametrize(
+    ("body", "what"),
+    [
+        ("sys.exit(0)", "called sys.exit(0)"),
+        ("raise SystemExit(1)", "called sys.exit(1)"),
+        ("input()", "read from standard input, which is closed (EOFError)"),
+        ("raise KeyboardInterrupt", "raised KeyboardInterrupt"),
+        ("raise GeneratorExit", "raised GeneratorExit"),
+    ],
+)
+def test_a_plug_in_cannot_decide_the_exit_code(tmp_path: Path, body: str, what: str) -> None:
+    audit = _plugin(tmp_path, body)
+    run_dir = tmp_path / "run"
+    result = runner.invoke(app, ["run", str(audit), "-q", "-o", str(run_dir)], input="")
+    assert result.exit_code == 2, result.output
+    (line,) = _lines(result.output)
+    assert line.startswith("error: the mechanism plug-in 'hostile_plugin_"), line
+    assert f":mechanism' {what}: user code cannot end or abort a dpaudit run" in line
+    assert "Traceback" not in result.output
+    assert not (run_dir / "results.json").exists()
+
+
+def test_a_plug_in_that_kills_its_process_is_reported_and_never_passes(tmp_path: Path) -> None:
+    audit = _plugin(tmp_path, "os._exit(0)")
+    run_dir = tmp_path / "run"
+    out = subprocess.run(
+        [DPAUDIT, "run", str(audit), "-q", "-o", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert out.returncode == 2, out.stderr
+    assert _lines(out.stderr) == [
+        "error: the dpaudit process ended with status 0 without finishing its command (an "
+        "uncaught error shown above, or user code that called os._exit() or crashed the "
+        "interpreter); nothing was decided, the finished units are kept and the same "
+        "command resumes"
+    ]
+    assert not (run_dir / "results.json").exists()
+
+
+def test_a_plug_in_that_changes_directory_cannot_move_the_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    audit = _plugin(tmp_path, f"os.chdir({str(elsewhere)!r})")
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["run", str(audit), "-q", "-o", "run"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "run" / "results.json").is_file()
+    assert not (elsewhere / "run").exists()
+
+
+def test_a_module_beside_the_plug_in_never_shadows_an_installed_library(tmp_path: Path) -> None:
+    # jinja2 draws the report: a jinja2.py next to the audit file must not replace it.
+    (tmp_path / "jinja2.py").write_text("raise RuntimeError('the fake jinja2 was imported')\n")
+    audit = _plugin(tmp_path, "pass")
+    result = runner.invoke(app, ["run", str(audit), "-q", "-o", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "run" / "report.html").is_file()
+    assert sys.path.index(str(tmp_path)) > sys.path.index(str(Path(np.__file__).parent.parent))
+
+
+# ------------------------------------------------------------ the run directory's units
+
+
+def _tamper(run_dir: Path, unit: str, change, *, keep_digest: bool) -> None:
+    (path,) = run_dir.glob(f"units/*/{unit}.npz")
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    digest = arrays.pop(DIGEST_KEY)
+    arrays = change(arrays)
+    if keep_digest:
+        arrays[DIGEST_KEY] = digest
+    np.savez(path, **arrays)
+
+
+def _bounds(data: dict) -> list[tuple[str, float]]:
+    return [(b["parameter"], b["lower"]["value"]) for b in data["bounds"]]
+
+
+@pytest.mark.parametrize("keep_digest", [True, False])
+def test_a_tampered_unit_that_would_fake_a_violation_is_caught_and_recomputed(
+    tmp_path: Path, keep_digest: bool
+) -> None:
+    audit = _laplace(tmp_path, claim="[mechanism.claim]\nepsilon = 1.0")
+    run_dir = tmp_path / "run"
+    assert runner.invoke(app, ["run", str(audit), "-q", "-o", str(run_dir)]).exit_code == 0
+    honest = json.loads((run_dir / "results.json").read_text())
+
+    def inflate(a: dict) -> dict:  # members' scores far above every non-member's
+        return {**a, "positive": a["positive"] + 1e3}
+
+    for unit in ("mechanism-00000", "mechanism-00001", "mechanism-00002", "mechanism-00003"):
+        _tamper(run_dir, unit, inflate, keep_digest=keep_digest)
+    assert verify_run(run_dir)  # the tampered folder no longer matches its results.json
+    again = runner.invoke(app, ["run", str(audit), "-o", str(run_dir)])
+    assert again.exit_code == 0, again.output
+    # named once as it happens and once among the result's warnings
+    assert sum(line.startswith("mechanism: stored unit") for line in _lines(again.output)) == 4
+    assert again.output.count("was not used:") == 8
+    reason = "do not match the digest" if keep_digest else "carries no digest"
+    assert reason in again.output
+    data = json.loads((run_dir / "results.json").read_text())
+    assert _bounds(data) == _bounds(honest)
+    assert data["provenance"]["units"]["mechanism"]["computed"] == 4
+    assert len(list(run_dir.glob("units/*/*.rejected"))) == 4
+    assert verify_run(run_dir) == []
+
+
+def test_a_tampered_unit_that_would_hide_a_violation_is_caught_and_recomputed(
+    tmp_path: Path,
+) -> None:
+    # Laplace noise for ε = 2 claimed as ε = 0.5: a real violation (exit 1).
+    audit = _laplace(tmp_path, epsilon=2.0, claim="[mechanism.claim]\nepsilon = 0.5")
+    run_dir = tmp_path / "run"
+    assert runner.invoke(app, ["run", str(audit), "-q", "-o", str(run_dir)]).exit_code == 1
+
+    def hide(a: dict) -> dict:  # members look exactly like non-members
+        return {**a, "positive": a["negative"].copy()}
+
+    for unit in ("mechanism-00000", "mechanism-00001", "mechanism-00002", "mechanism-00003"):
+        _tamper(run_dir, unit, hide, keep_digest=True)
+    again = runner.invoke(app, ["run", str(audit), "-q", "-o", str(run_dir)])
+    assert again.exit_code == 1, again.output
+
+
+@pytest.mark.parametrize("content", [b"", b"PK\x03\x04 not a zip", b"\x00" * 64])
+def test_an_unreadable_unit_is_named_and_recomputed(tmp_path: Path, content: bytes) -> None:
+    audit = _laplace(tmp_path)
+    run_dir = tmp_path / "run"
+    assert runner.invoke(app, ["run", str(audit), "-q", "-o", str(run_dir)]).exit_code == 0
+    (path,) = run_dir.glob("units/*/mechanism-00002.npz")
+    path.write_bytes(content)
+    again = runner.invoke(app, ["run", str(audit), "-o", str(run_dir)])
+    assert again.exit_code == 0, again.output
+    assert "stored unit mechanism-00002 was not used: unreadable (" in again.output
+    assert verify_run(run_dir) == []
+
+
+def test_a_unit_is_bound_to_its_name_and_its_configuration() -> None:
+    arrays = {"negative": np.arange(3.0), "positive": np.ones(3)}
+    d = unit_digest("mechanism-abc", "mechanism-00000", arrays)
+    assert d != unit_digest("mechanism-abc", "mechanism-00001", arrays)
+    assert d != unit_digest("mechanism-abd", "mechanism-00000", arrays)
+    flipped = {**arrays, "positive": -arrays["positive"]}
+    assert d != unit_digest("mechanism-abc", "mechanism-00000", flipped)
+    # the same values as another type: another digest
+    assert d != unit_digest(
+        "mechanism-abc", "mechanism-00000", {**arrays, "negative": np.arange(3)}
+    )
+    assert d == unit_digest("mechanism-abc", "mechanism-00000", dict(reversed(arrays.items())))
+
+
+def test_a_unit_copied_from_another_position_is_rejected(tmp_path: Path) -> None:
+    store = RunStore(tmp_path, "mechanism-key")
+    store.save("mechanism-00000", {"x": np.zeros(2)})
+    store.save("mechanism-00001", {"x": np.ones(2)})
+    store.path("mechanism-00001").write_bytes(store.path("mechanism-00000").read_bytes())
+    with pytest.raises(Exception, match="do not match the digest"):
+        store.load("mechanism-00001")
+
+
+# ------------------------------------------------------------------------- dpaudit verify
+
+
+def test_verify_a_clean_a_tampered_and_an_empty_run_directory(tmp_path: Path) -> None:
+    audit = _laplace(tmp_path)
+    run_dir = tmp_path / "run"
+    assert runner.invoke(app, ["run", str(audit), "-q", "-o", str(run_dir)]).exit_code == 0
+    clean = runner.invoke(app, ["verify", str(run_dir)])
+    assert clean.exit_code == 0, clean.output
+    assert _lines(clean.output) == [f"{run_dir}: results.json matches its stored units"]
+    # results.json edited: a bound made larger than its units give
+    data = json.loads((run_dir / "results.json").read_text())
+    data["bounds"][0]["lower"]["value"] += 1.0
+    (run_dir / "results.json").write_text(json.dumps(data))
+    edited = runner.invoke(app, ["verify", str(run_dir)])
+    assert edited.exit_code == 1
+    assert "MISMATCH results.json's 'bounds' differs from what its stored units give" in (
+        edited.output
+    )
+    empty = runner.invoke(app, ["verify", str(tmp_path / "nothing")])
+    assert empty.exit_code == 2
+    assert "no finished run to verify there" in empty.output
+
+
+# ------------------------------------------------------- results.json and report.html pair
+
+
+def test_a_rerun_without_html_removes_the_stale_report(tmp_path: Path) -> None:
+    audit = _laplace(tmp_path)
+    run_dir = tmp_path / "run"
+    assert runner.invoke(app, ["run", str(audit), "-q", "-o", str(run_dir)]).exit_code == 0
+    assert (run_dir / "report.html").is_file()
+    audit.write_text(audit.read_text() + "\n[report]\nhtml = false\n")
+    assert runner.invoke(app, ["run", str(audit), "-q", "-o", str(run_dir)]).exit_code == 0
+    assert not (run_dir / "report.html").exists()
+
+
+def test_a_failed_run_leaves_no_earlier_verdict_behind(tmp_path: Path) -> None:
+    audit = _laplace(tmp_path)
+    run_dir = tmp_path / "run"
+    assert runner.invoke(app, ["run", str(audit), "-q", "-o", str(run_dir)]).exit_code == 0
+    # the same folder, now for an audit that fails after the run started
+    broken = _plugin(tmp_path, "raise SystemExit(0)")
+    assert runner.invoke(app, ["run", str(broken), "-q", "-o", str(run_dir)]).exit_code == 2
+    assert not (run_dir / "results.json").exists()
+    assert not (run_dir / "report.html").exists()
+
+
+def test_leftover_temporary_files_are_removed_by_the_next_run(tmp_path: Path) -> None:
+    audit = _laplace(tmp_path)
+    run_dir = tmp_path / "run"
+    assert runner.invoke(app, ["run", str(audit), "-q", "-o", str(run_dir)]).exit_code == 0
+    (unit_dir,) = run_dir.glob("units/*")
+    torn = [run_dir / ".results.json.x1.tmp", unit_dir / ".mechanism-00001.npz.x2.tmp"]
+    for path in torn:
+        path.write_bytes(b"torn")
+    assert runner.invoke(app, ["run", str(audit), "-q", "-o", str(run_dir)]).exit_code == 0
+    assert not any(p.exists() for p in torn)
+
+
+_CRASH = """
+import os, sys
+import dpaudit.store as store
+real, calls = store.atomic_write_bytes, [0]
+def crash_after(path, data):
+    calls[0] += 1
+    if calls[0] == int(sys.argv[3]):
+        os._exit(9)  # as kill -9 at this write: the temporary file is written, not renamed
+    real(path, data)
+store.atomic_write_bytes = crash_after
+from dpaudit.audit import run_audit
+run_audit(sys.argv[1], output_dir=sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("step", [1, 3, 5, 6])  # units 1..4, then report.html, results.json
+def test_a_run_killed_at_any_write_leaves_no_result_and_the_next_run_matches(
+    tmp_path: Path, step: int
+) -> None:
+    audit = _laplace(tmp_path)
+    run_dir = tmp_path / "run"
+    assert runner.invoke(app, ["run", str(audit), "-q", "-o", str(tmp_path / "ref")]).exit_code == 0
+    killed = subprocess.run(
+        [sys.executable, "-c", _CRASH, str(audit), str(run_dir), str(step)], timeout=300
+    )
+    assert killed.returncode == 9
+    assert not (run_dir / "results.json").exists()
+    assert runner.invoke(app, ["run", str(audit), "-q", "-o", str(run_dir)]).exit_code == 0
+    ref = json.loads((tmp_path / "ref" / "results.json").read_text())
+    assert _bounds(json.loads((run_dir / "results.json").read_text())) == _bounds(ref)
+    assert verify_run(run_dir) == []
+    assert not list(run_dir.rglob("*.tmp"))
+
+
+# ------------------------------------------------------------------------------- the lock
+
+
+def test_a_second_run_on_a_busy_run_directory_exits_2_naming_the_holder(tmp_path: Path) -> None:
+    audit = _laplace(tmp_path)
+    run_dir = tmp_path / "run"
+    with RunLock(run_dir):
+        result = runner.invoke(app, ["run", str(audit), "-q", "-o", str(run_dir)])
+    assert result.exit_code == 2
+    (line,) = _lines(result.output)
+    assert line.startswith(f"error: the run directory '{run_dir}' is in use by another dpaudit ")
+    assert f"run (pid {os.getpid()} on " in line
+    assert line.endswith("wait for it to finish, or give this run another --output-dir")
+    # released: the same run now goes through
+    assert runner.invoke(app, ["run", str(audit), "-q", "-o", str(run_dir)]).exit_code == 0
+
+
+# --------------------------------------------------------------- what reaches CI's screen
+
+
+def test_user_strings_reach_the_terminal_and_junit_as_plain_safe_text(tmp_path: Path) -> None:
+    name = "lab:train:\\nFAIL everything\\u001b[31m"
+    audit = _laplace(tmp_path, name="x")
+    audit.write_text(audit.read_text().replace('name = "x"', f'name = "{name}"'))
+    junit = tmp_path / "checks.xml"
+    result = runner.invoke(
+        app, ["run", str(audit), "-o", str(tmp_path / "run"), "--junit", str(junit)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "🚋" not in result.output  # no emoji code in a user's text
+    assert "\x1b[31m" not in result.output
+    assert not any(line.startswith("FAIL everything") for line in result.output.splitlines())
+    assert "lab:train:\\nFAIL everything\\x1b[31m" in result.output
+    suite = ET.parse(junit).getroot()  # valid XML
+    assert suite.get("name") == "dpaudit.lab:train:\\nFAIL everything\\x1b[31m"
+
+
+def test_junit_may_not_overwrite_the_runs_own_files(tmp_path: Path) -> None:
+    audit = _laplace(tmp_path)
+    run_dir = tmp_path / "run"
+    for target in (run_dir / "results.json", run_dir / "report.html", audit):
+        result = runner.invoke(
+            app, ["run", str(audit), "-q", "-o", str(run_dir), "--junit", str(target)]
+        )
+        assert result.exit_code == 2, result.output
+        assert "--junit" in _lines(result.output)[0]
+    assert not (run_dir / "results.json").exists()
+
+
+def test_a_terminal_that_cannot_encode_epsilon_still_gets_a_passing_run(tmp_path: Path) -> None:
+    audit = _laplace(tmp_path)
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    out = subprocess.run(
+        [DPAUDIT, "run", str(audit), "-o", str(tmp_path / "run")],
+        capture_output=True,
+        env=env,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    text = out.stdout.decode("ascii")  # nothing but ASCII was written
+    assert "| eps delta=0 |" in text
+
+
+# ------------------------------------------------------------- the audit file as a path
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path: Path) -> None:
+    audit = _laplace(tmp_path)
+    audit.write_bytes(b"\xef\xbb\xbf" + audit.read_bytes())
+    result = runner.invoke(app, ["validate", str(audit)])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda p: os.mkfifo(p), "is a named pipe (FIFO), not an audit file"),
+        (lambda p: p.symlink_to("/dev/zero"), "is a device, not an audit file"),
+        (lambda p: p.symlink_to(p), "is a symbolic link loop, not a file"),
+        (lambda p: p.symlink_to(p.with_name("gone.toml")), "is a symbolic link to nothing"),
+        (lambda p: p.write_text("#" * (2 << 20)), "an audit file is at most 1048576 bytes"),
+    ],
+)
+def test_what_is_not_an_audit_file_is_named_as_what_it_is(tmp_path: Path, make, said) -> None:
+    path = tmp_path / "a.toml"
+    make(path)
+    for command in ("validate", "run"):
+        result = runner.invoke(app, [command, str(path)])
+        assert result.exit_code == 2, result.output
+        (line,) = _lines(result.output)
+        assert said in line
+
+
+def test_run_audit_from_python_also_holds_the_lock_and_writes_the_pair(tmp_path: Path) -> None:
+    audit = _laplace(tmp_path)
+    run_dir = tmp_path / "run"
+    result = run_audit(audit, output_dir=run_dir)
+    data = json.loads((run_dir / "results.json").read_text())
+    assert data["provenance"]["units"]["mechanism"]["digests"] == {
+        u: d for u, d in result.provenance["units"]["mechanism"]["digests"].items()
+    }
+    assert len(data["provenance"]["units"]["mechanism"]["digests"]) == 4
+    assert data["provenance"]["audit_file"] == str(audit.resolve())
+    assert (ROOT / "dpaudit").is_dir()
