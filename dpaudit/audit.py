@@ -10,6 +10,7 @@ computes a statistic itself.
 from __future__ import annotations
 
 import hashlib
+import json
 import platform
 import socket
 import tempfile
@@ -25,7 +26,13 @@ from typing import Any
 import numpy as np
 
 from dpaudit._version import __version__
-from dpaudit.config import AuditConfig, check_runnable, load_config, run_context
+from dpaudit.config import (
+    AuditConfig,
+    check_runnable,
+    load_config,
+    load_config_text,
+    run_context,
+)
 from dpaudit.errors import DpauditError
 from dpaudit.executors import UnitStats, run_units
 from dpaudit.gate import evaluate_gate
@@ -197,7 +204,8 @@ def run_audit(
             # previous results.json and report.html go before any work (a run that then
             # fails leaves no verdict behind), and so do temporary files of killed runs.
             remove_outputs(run_dir)
-        result = _run_locked(config, run_dir, progress, log, started, t0)
+        stored = _compute_units(config, run_dir, progress, log)
+        result = _result(config, stored, run_dir, started, t0)
         if write:
             write_outputs(result, run_dir, html=config.report.html)
     return result
@@ -217,16 +225,14 @@ def _locked(run_dir: Path) -> Iterator[None]:
         ) from None
 
 
-def _run_locked(
+def _result(
     config: AuditConfig,
+    stored: dict[str, _Stored],
     run_dir: Path,
-    progress: Progress | None,
-    log: Callable[[str], None] | None,
     started: datetime,
     t0: float,
 ) -> AuditResult:
-    """Steps 1–4 of :func:`run_audit`, with the run directory's lock held."""
-    stored = _compute_units(config, run_dir, progress, log)
+    """Steps 2–4 of :func:`run_audit`: the stored units → the budget → bounds → gate."""
     budget, counts = _allocate_budget(config, stored)
     summaries = _summarise(config, stored, budget, counts)
     tests = tuple(t for s in summaries for t in s.tests)
@@ -468,6 +474,80 @@ def _environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "libraries": _library_versions(),
     }
+
+
+#: The parts of results.json that :func:`verify_run` recomputes and compares.
+VERIFIED_KEYS = ("name", "verdict", "privacy_verdict", "checks", "bounds", "tests", "attribute")
+
+
+def verify_run(run_dir: str | Path) -> list[str]:
+    """Recompute every bound of a finished run from its stored units and compare.
+
+    The configuration comes from ``results.json`` itself (the audit file as written, its
+    folder for relative paths and plug-ins). Every unit that result was computed from must
+    be in the run directory, pass its integrity check and carry the digest results.json
+    recorded for it; the bounds, checks and verdict recomputed from those units must equal
+    the ones in results.json. Nothing is computed anew and nothing is written.
+
+    Returns:
+        One line per difference found; an empty list means results.json is what its
+        stored units give.
+
+    Raises:
+        DpauditError: no readable results.json, or its audit file text no longer loads.
+    """
+    run_dir = Path(run_dir).resolve()
+    path = run_dir / "results.json"
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DpauditError(f"{str(path)!r} not found: no finished run to verify there") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DpauditError(f"{str(path)!r} is not a readable results file: {exc}") from None
+    provenance = recorded.get("provenance") or {}
+    audit_file = provenance.get("audit_file")
+    base_dir = Path(audit_file).parent if audit_file else run_dir
+    config = load_config_text(
+        str(recorded.get("config_text", "")), base_dir=base_dir, source=str(path)
+    )
+    problems: list[str] = []
+    if config.config_hash() != provenance.get("config_hash"):
+        problems.append("the configuration text does not give the config hash recorded")
+    units = provenance.get("units") or {}
+    stored: dict[str, _Stored] = {}
+    context = run_context(config)
+    for name in config.audit.kinds:
+        plan = get_kind(name).plan(config.section(name), context)
+        key = plan.key(name)
+        want = units.get(name) or {}
+        if key != want.get("key"):
+            problems.append(f"{name}: the units' key is {key}, results.json says {want.get('key')}")
+        store = RunStore(run_dir, key)
+        outputs, digests = {}, {}
+        for unit in plan.units:
+            try:
+                outputs[unit], digests[unit] = store.load_verified(unit)
+            except UnitRejected as exc:
+                problems.append(f"{name}: unit {unit}: {exc.reason}")
+                continue
+            if digests[unit] != (want.get("digests") or {}).get(unit):
+                problems.append(
+                    f"{name}: unit {unit} is not the one results.json was computed from"
+                )
+        if len(outputs) < len(plan.units):
+            missing = len(plan.units) - len(outputs)
+            problems.append(f"{name}: {missing} of {len(plan.units)} units missing or rejected")
+        stats = UnitStats(total=len(plan.units), reused=len(outputs), computed=0)
+        stored[name] = _Stored(outputs, stats, key, 0.0, digests)
+    if problems:
+        return problems
+    again = json.loads(
+        json.dumps(_result(config, stored, run_dir, datetime.now(UTC), 0.0).to_dict())
+    )
+    for key in VERIFIED_KEYS:
+        if again.get(key) != recorded.get(key):
+            problems.append(f"results.json's {key!r} differs from what its stored units give")
+    return problems
 
 
 def write_outputs(result: AuditResult, run_dir: Path, *, html: bool = True) -> None:

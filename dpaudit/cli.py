@@ -682,6 +682,24 @@ def _timing(cost: TrialCost, path: Path | None, trials_per_arm: int) -> dict[str
     }
 
 
+@app.command("verify")
+def verify_command(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory with results.json.")],
+) -> None:
+    """Recompute every bound from the stored units and check results.json (exit 0 it
+    matches, 1 it does not, 2 nothing to verify)."""
+    from dpaudit.audit import verify_run
+
+    with _user_code():
+        problems = verify_run(run_dir)
+    if problems:
+        for line in problems:
+            _say(f"MISMATCH {line}")
+        _say(f"{run_dir}: results.json does NOT match its stored units ({len(problems)} problems)")
+        raise typer.Exit(EXIT_CHECK_FAILED)
+    console.print(one_line(f"{run_dir}: results.json matches its stored units"), markup=False)
+
+
 @app.command("report")
 def report_command(
     run_dir: Annotated[Path, typer.Argument(help="A run directory holding results.json.")],

@@ -11,8 +11,10 @@ Nothing here imports torch: validating a file is fast.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -258,36 +260,80 @@ def _top_keys() -> str:
     return ", ".join([k for k in AuditConfig.model_fields if k != "sections"] + list(kind_names()))
 
 
+#: The largest audit file read (an audit file is a few kilobytes of TOML).
+MAX_AUDIT_FILE_BYTES = 1 << 20
+
+
 def load_config(path: str | Path) -> AuditConfig:
     """Read and validate an audit file.
 
     Args:
-        path: A TOML audit file.
+        path: A TOML audit file (UTF-8; a byte-order mark is accepted).
 
     Returns:
         The validated configuration; ``.base_dir`` is the folder its relative paths
         resolve against and ``.text`` the file as written.
 
     Raises:
-        ConfigError: The file is missing, is not TOML, or does not fit the schema.
+        ConfigError: The file is missing, is not a regular file (a folder, a named pipe,
+            a device, a symbolic-link loop), is too large, is not TOML, or does not fit
+            the schema.
     """
     p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"{str(p)!r} is a folder; give the audit file (a .toml file) inside it")
-    if not p.is_file():
-        raise ConfigError(f"audit file not found: {str(p)!r}")
+    _check_regular_file(p)
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read the audit file: {exc.strerror}") from None
+    return load_config_text(text, base_dir=p.resolve().parent, source=str(p), path=p.resolve())
+
+
+def _check_regular_file(p: Path) -> None:
+    """One line for every way a path can fail to be an audit file, before reading it."""
     try:
-        data = tomllib.loads(text)
+        st = p.stat()
+    except FileNotFoundError:
+        if p.is_symlink():
+            raise ConfigError(f"{str(p)!r} is a symbolic link to nothing") from None
+        raise ConfigError(f"audit file not found: {str(p)!r}") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(f"{str(p)!r} is a symbolic link loop, not a file") from None
+        raise ConfigError(f"{p}: cannot read the audit file: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{str(p)!r} is a folder; give the audit file (a .toml file) inside it")
+    if stat.S_ISFIFO(st.st_mode):
+        raise ConfigError(f"{str(p)!r} is a named pipe (FIFO), not an audit file")
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        raise ConfigError(f"{str(p)!r} is a device, not an audit file")
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{str(p)!r} is not a regular file")
+    if st.st_size > MAX_AUDIT_FILE_BYTES:
+        raise ConfigError(
+            f"{str(p)!r} is {st.st_size} bytes; an audit file is at most "
+            f"{MAX_AUDIT_FILE_BYTES} bytes (data belongs in a data file it names)"
+        )
+
+
+def load_config_text(
+    text: str, *, base_dir: Path, source: str, path: Path | None = None
+) -> AuditConfig:
+    """Validate an audit file given as text (e.g. the copy a ``results.json`` keeps).
+
+    Args:
+        text: the TOML text; a leading byte-order mark is ignored.
+        base_dir: the folder relative paths and plug-ins resolve against.
+        source: what messages call the file.
+        path: the audit file, when there is one.
+    """
+    try:
+        data = tomllib.loads(text.removeprefix("\ufeff"))
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{p}: not valid TOML: {exc}") from None
-    config = parse_config(data, source=str(p))
-    config._base_dir = p.resolve().parent
-    config._source = p.resolve()
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    config = parse_config(data, source=source)
+    config._base_dir = Path(base_dir)
+    config._source = path
     config._text = text
     return config
