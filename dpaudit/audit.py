@@ -15,7 +15,7 @@ import platform
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -44,6 +44,7 @@ from dpaudit.store import (
     RunDirectoryBusy,
     RunLock,
     RunStore,
+    StoredOutputs,
     UnitRejected,
     atomic_write_json,
     atomic_write_text,
@@ -305,7 +306,7 @@ def _result(
 class _Stored:
     """One kind's stored unit outputs, how they were obtained, and its time so far."""
 
-    outputs: dict[str, dict[str, np.ndarray]]
+    outputs: Mapping[str, Mapping[str, np.ndarray]]
     stats: UnitStats
     key: str
     seconds: float
@@ -329,30 +330,31 @@ def _compute_units(
         plan = get_kind(name).plan(config.section(name), context)
         key = plan.key(name)
         store = RunStore(run_dir, key)
-        outputs, digests, rejected = _read_stored(name, plan.units, store, log)
-        if log is not None and outputs:
-            log(f"{name}: reused {len(outputs)} of {len(plan.units)} units from {store.units_dir}")
+        digests, rejected = _check_stored(name, plan.units, store, log)
+        if log is not None and digests:
+            log(f"{name}: reused {len(digests)} of {len(plan.units)} units from {store.units_dir}")
         stats = _run_plan(config, plan, store, progress)
         for unit in plan.units:
-            if unit not in outputs:  # computed just now
-                outputs[unit], digests[unit] = store.load_verified(unit)
-        outputs = {u: outputs[u] for u in plan.units}
+            if unit not in digests:  # computed just now
+                digests[unit] = store.load_verified(unit)[1]
         digests = {u: digests[u] for u in plan.units}
+        outputs = StoredOutputs(store, digests)
         stored[name] = _Stored(outputs, stats, key, time.perf_counter() - t0, digests, rejected)
     return stored
 
 
-def _read_stored(
+def _check_stored(
     name: str, units: tuple[str, ...], store: RunStore, log: Callable[[str], None] | None
-) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, str], tuple[str, ...]]:
-    """The kind's stored units that pass their integrity check; the others are named,
-    moved aside and left for the executor to compute again (never trusted)."""
-    outputs: dict[str, dict[str, np.ndarray]] = {}
+) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The digests of the kind's stored units that pass their integrity check (read one
+    at a time); the others are named, moved aside and left for the executor to compute
+    again (never trusted)."""
     digests: dict[str, str] = {}
     rejected = []
-    for unit in sorted(set(units) & store.finished(), key=units.index):
+    finished = store.finished()
+    for unit in (u for u in units if u in finished):
         try:
-            outputs[unit], digests[unit] = store.load_verified(unit)
+            digests[unit] = store.load_verified(unit)[1]
         except UnitRejected as exc:
             aside = store.reject(unit)
             line = (
@@ -362,7 +364,7 @@ def _read_stored(
             rejected.append(line)
             if log is not None:
                 log(line)
-    return outputs, digests, tuple(rejected)
+    return digests, tuple(rejected)
 
 
 @dataclass(frozen=True)
@@ -523,22 +525,21 @@ def verify_run(run_dir: str | Path) -> list[str]:
         if key != want.get("key"):
             problems.append(f"{name}: the units' key is {key}, results.json says {want.get('key')}")
         store = RunStore(run_dir, key)
-        outputs, digests = {}, {}
+        digests = {}
         for unit in plan.units:
             try:
-                outputs[unit], digests[unit] = store.load_verified(unit)
-            except UnitRejected as exc:
-                problems.append(f"{name}: unit {unit}: {exc.reason}")
+                digests[unit] = store.load_verified(unit)[1]
+            except (UnitRejected, FileNotFoundError) as exc:
+                reason = exc.reason if isinstance(exc, UnitRejected) else "missing"
+                problems.append(f"{name}: unit {unit}: {reason}")
                 continue
             if digests[unit] != (want.get("digests") or {}).get(unit):
-                problems.append(
-                    f"{name}: unit {unit} is not the one results.json was computed from"
-                )
-        if len(outputs) < len(plan.units):
-            missing = len(plan.units) - len(outputs)
+                problems.append(f"{name}: unit {unit} is not the unit results.json was made from")
+        if len(digests) < len(plan.units):
+            missing = len(plan.units) - len(digests)
             problems.append(f"{name}: {missing} of {len(plan.units)} units missing or rejected")
-        stats = UnitStats(total=len(plan.units), reused=len(outputs), computed=0)
-        stored[name] = _Stored(outputs, stats, key, 0.0, digests)
+        stats = UnitStats(total=len(plan.units), reused=len(digests), computed=0)
+        stored[name] = _Stored(StoredOutputs(store, digests), stats, key, 0.0, digests)
     if problems:
         return problems
     again = json.loads(

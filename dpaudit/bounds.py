@@ -21,8 +21,8 @@ Pure functions of arrays and numbers; no state, no I/O.
 References:
     Kairouz, Oh, Viswanath (2015), "The composition theorem for differential privacy",
     Thm. 2.1 (the hypothesis-testing region of (ε, δ)-DP).
-    Dong, Roth, Su (2019/2022), "Gaussian differential privacy", JRSS-B, Def. 2.6
-    (G_μ), Cor. 2.13 (δ_μ(ε)).
+    Dong, Roth, Su (2022), "Gaussian Differential Privacy", JRSS-B 84(1),
+    arXiv:1905.02383v3, Def. 2.6 (μ-GDP is G_μ-DP), Cor. 2.13 (δ_μ(ε)).
     Jagielski, Ullman, Oprea (2020), "Auditing differentially private machine learning",
     §3 (Clopper–Pearson ε lower bounds).
     Nasr, Hayes, Steinke, Balle, Tramèr, Jagielski, Carlini, Terzis (2023), "Tight auditing
@@ -191,7 +191,7 @@ def epsilon_from_rates(fpr_high: Any, fnr_high: Any, *, delta: float) -> np.ndar
 def mu_from_rates(fpr_high: Any, fnr_high: Any) -> np.ndarray:
     """μ lower bound from upper limits on FPR and FNR (vectorised).
 
-    μ-GDP forces FNR ≥ G_μ(FPR) = Φ(Φ⁻¹(1 − FPR) − μ) (Dong, Roth, Su 2019, Def. 2.6),
+    μ-GDP forces FNR ≥ G_μ(FPR) = Φ(Φ⁻¹(1 − FPR) − μ) (Dong, Roth, Su 2022, Def. 2.6),
     i.e. μ ≥ Φ⁻¹(1 − FPR) − Φ⁻¹(FNR). The right side decreases in both rates, so upper
     limits give a lower bound on μ. G_μ is symmetric, so the mirrored inequality gives the
     same expression. Floored at 0.

@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 import zipfile
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -209,6 +210,51 @@ class RunStore:
         if not self.units_dir.is_dir():
             return set()
         return {p.stem for p in self.units_dir.glob("*.npz")}
+
+
+class StoredOutputs(Mapping[str, Mapping[str, np.ndarray]]):
+    """A kind's stored units as a read-only mapping, unit name → arrays, read on demand.
+
+    A kind's ``comparisons`` and ``summarise`` receive this instead of every unit held in
+    memory at once: a kind that reads its units one at a time (the ``mechanism`` kind at
+    10⁸ trials per arm) needs memory for one unit only. When the units' files are small
+    together (``cache_bytes``), each is kept after its first read. Every read is checked
+    against the digest the audit verified before it started, so a unit that changes
+    while the run reads it stops the run instead of entering a bound.
+    """
+
+    def __init__(
+        self, store: RunStore, digests: Mapping[str, str], *, cache_bytes: int = 256 << 20
+    ) -> None:
+        self._store = store
+        self._digests = dict(digests)
+        size = sum(store.path(u).stat().st_size for u in self._digests)
+        self._cache: dict[str, Mapping[str, np.ndarray]] | None = (
+            {} if size <= cache_bytes else None
+        )
+
+    def __getitem__(self, unit: str) -> Mapping[str, np.ndarray]:
+        if self._cache is not None and unit in self._cache:
+            return self._cache[unit]
+        if unit not in self._digests:
+            raise KeyError(unit)
+        try:
+            arrays, digest = self._store.load_verified(unit)
+        except UnitRejected as exc:
+            raise OSError(
+                f"stored unit {unit} changed while the run read it: {exc.reason}"
+            ) from None
+        if digest != self._digests[unit]:
+            raise OSError(f"stored unit {unit} was replaced while the run read it")
+        if self._cache is not None:
+            self._cache[unit] = arrays
+        return arrays
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._digests)
+
+    def __len__(self) -> int:
+        return len(self._digests)
 
 
 # ------------------------------------------------------------------ the run directory's lock

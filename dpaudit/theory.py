@@ -6,9 +6,9 @@ error ``alpha`` (the false-positive rate of a test of H0 = "D" against H1 = "D'"
 smallest type II error ``beta = f(alpha)`` any test can reach at that ``alpha``.
 
 References:
-    Dong, Roth, Su 2019, "Gaussian Differential Privacy" (arXiv:1905.02383): f-DP,
-    G_μ (Def. 2.7), the (ε, δ) trade-off f_{ε,δ} (Eq. 5), the primal-dual link between
-    μ-GDP and (ε, δ)-DP (Cor. 2.13).
+    Dong, Roth, Su (2022), "Gaussian Differential Privacy", JRSS-B 84(1), arXiv:1905.02383v3:
+    f-DP, μ-GDP as G_μ-DP (Def. 2.6), the (ε, δ) trade-off f_{ε,δ} (Eq. 5), the
+    primal-dual link between μ-GDP and (ε, δ)-DP (Cor. 2.13).
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ def tradeoff_gdp(alpha: ArrayLike, *, mu: float) -> float | NDArray[np.float64]:
     """G_μ(α) = Φ(Φ⁻¹(1 − α) − μ).
 
     References:
-        Dong, Roth, Su 2019, Definition 2.7.
+        Dong, Roth, Su (2022), arXiv:1905.02383v3, Def. 2.6 (μ-GDP is G_μ-DP).
     """
     mu = check_in_interval("mu", mu, 0.0, math.inf, high_open=True)
     a = _alpha_array(alpha)
