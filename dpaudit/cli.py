@@ -43,7 +43,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dpaudit._version import __version__
-from dpaudit.config import check_runnable, load_config
+from dpaudit.config import check_runnable, check_safe, load_config
 from dpaudit.errors import DpauditError, check_in_interval
 from dpaudit.kinds import kind_names
 from dpaudit.plugins import guard_user_exit, interrupt_handler
@@ -332,12 +332,15 @@ def run_command(
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Also write the checks as JUnit XML.")
     ] = None,
+    no_plugins: Annotated[bool, NO_PLUGINS] = False,
 ) -> None:
     """Run an audit; exit 0 if every gate check passed, 1 if one failed, 2 on bad input."""
     from dpaudit.audit import default_run_dir, run_audit
 
     with _user_code():
         config = load_config(file)
+        if no_plugins:
+            check_safe(config)
     # Resolved once, before any user code runs: a plug-in that changes the working
     # directory cannot move where the results are written.
     run_dir = (output_dir if output_dir is not None else default_run_dir(config)).resolve()
@@ -357,16 +360,37 @@ def run_command(
     raise typer.Exit(EXIT_OK if result.verdict == "pass" else EXIT_CHECK_FAILED)
 
 
+NO_PLUGINS = typer.Option(
+    "--no-plugins",
+    envvar="DPAUDIT_NO_PLUGINS",
+    help="Safe mode for untrusted audit files: import no user code (plug-ins), unpickle "
+    "nothing, touch no path outside the audit file's folder.",
+)
+
+
 @app.command("validate")
-def validate_command(file: Annotated[Path, typer.Argument(help="The audit file (TOML).")]) -> None:
-    """Check an audit file without running it (exit 0 valid, 2 invalid)."""
+def validate_command(
+    file: Annotated[Path, typer.Argument(help="The audit file (TOML).")],
+    no_plugins: Annotated[bool, NO_PLUGINS] = False,
+) -> None:
+    """Check an audit file without running it (exit 0 valid, 2 invalid).
+
+    It runs the same checks as ``run`` before any work: plug-ins import, data and brought
+    models load. With ``--no-plugins`` it imports and opens nothing the file names and
+    refuses plug-ins and paths outside the file's folder.
+    """
 
     with _user_code():
         config = load_config(file)
-        check_runnable(config)
+        if no_plugins:
+            check_safe(config)
+        else:
+            check_runnable(config)
+    mode = "; safe mode: no user code imported" if no_plugins else ""
     console.print(
         one_line(
-            f"{file}: valid ({', '.join(config.audit.kinds)}; config hash {config.config_hash()})"
+            f"{file}: valid ({', '.join(config.audit.kinds)}; config hash "
+            f"{config.config_hash()}{mode})"
         ),
         markup=False,
     )

@@ -14,8 +14,10 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import re
 import stat
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +157,66 @@ def check_runnable(config: AuditConfig) -> None:
     context = run_context(config)
     for name in config.audit.kinds:
         get_kind(name).check_runnable(config.section(name), context)
+
+
+#: ``"source:name"`` values that name data, not code (``sklearn:digits``, ``csv:x.csv``).
+DATA_SOURCES = ("sklearn", "statsmodels", "csv", "parquet", "synthetic")
+_PLUGIN = re.compile(r"^([A-Za-z_][\w.]*):[A-Za-z_]\w*$")
+#: Keys whose value is a path dpaudit reads or writes.
+_PATH_KEYS = ("path", "scores", "output_dir")
+
+
+def check_safe(config: AuditConfig) -> None:
+    """Refuse what an audit file from an untrusted source could use to run code or reach
+    files elsewhere, WITHOUT importing or opening any of it (``--no-plugins``).
+
+    Refused: any ``"pkg.module:function"`` plug-in (a mechanism, log density, score,
+    trainer, target factory, reference trainer, ...: importing it runs its code), a model
+    file that may be unpickled (``allow_pickle``), a path (data, model, scores, index
+    file, output folder) outside the audit file's folder once symbolic links are
+    resolved, and a remote Dask scheduler. Built-in data sets and dpaudit's own modules
+    are allowed.
+
+    Raises:
+        ConfigError: one line naming the key and the value refused.
+    """
+    folder = config.base_dir.resolve()
+    for where, value in _strings(config.to_dict()):
+        key = where.rsplit(".", 1)[-1]
+        match = _PLUGIN.match(value)
+        if match and match.group(1) not in DATA_SOURCES and not value.startswith("dpaudit."):
+            raise ConfigError(
+                f"'{where}' = {value!r} is a plug-in: --no-plugins imports no user code"
+            )
+        path: str | None = None
+        source, _, rest = value.partition(":")
+        if key == "dataset" and source in ("csv", "parquet"):
+            path = rest
+        elif key in _PATH_KEYS or (key == "membership" and Path(value).suffix):
+            path = value
+        if path is not None:
+            resolved = (folder / Path(path).expanduser()).resolve()
+            if not resolved.is_relative_to(folder):
+                raise ConfigError(
+                    f"'{where}' = {value!r} is outside the audit file's folder {str(folder)!r}: "
+                    "--no-plugins reads and writes nothing elsewhere"
+                )
+    if config.target.allow_pickle:
+        raise ConfigError("'target.allow_pickle' = true unpickles a model (runs its code)")
+    if config.execution.address is not None:
+        raise ConfigError("'execution.address' names a remote scheduler: --no-plugins runs locally")
+
+
+def _strings(obj: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    """Every string in a nested configuration, with its dotted key."""
+    if isinstance(obj, str):
+        yield where, obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _strings(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(obj, list | tuple):
+        for i, v in enumerate(obj):
+            yield from _strings(v, f"{where}.{i}")
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:

@@ -20,6 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Probability = Annotated[float, Field(gt=0.0, lt=1.0)]
 Delta = Annotated[float, Field(ge=0.0, lt=1.0)]
 Positive = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+#: The largest ε and μ an audit file may state: e^100 > 10^43, so an ε beyond it promises
+#: nothing, and larger values overflow the arithmetic of the bounds (e^ε, Φ(−ε/μ)).
+MAX_EPSILON = 100.0
+Epsilon = Annotated[float, Field(gt=0.0, le=MAX_EPSILON, allow_inf_nan=False)]
+Mu = Annotated[float, Field(gt=0.0, le=MAX_EPSILON, allow_inf_nan=False)]
 
 #: δ at which ``target_epsilon`` calibrates the noise when the file does not say
 #: (Opacus' ``make_private_with_epsilon(target_delta=...)``). It is deliberately not the
@@ -51,9 +56,9 @@ class AuditSection(Table):
 class ClaimSection(Table):
     """The privacy claimed: ε (with δ) and/or μ. Omitted: the mechanism's own guarantee."""
 
-    epsilon: Positive | None = None
+    epsilon: Epsilon | None = None
     delta: Delta = 0.0
-    mu: Positive | None = None
+    mu: Mu | None = None
 
     @model_validator(mode="after")
     def _something_claimed(self) -> ClaimSection:
@@ -88,9 +93,9 @@ class DPSection(Table):
     """
 
     noise_multiplier: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] | None = None
-    target_epsilon: Positive | None = None
+    target_epsilon: Epsilon | None = None
     target_delta: Annotated[float, Field(gt=0.0, lt=1.0)] = DEFAULT_TARGET_DELTA
-    target_mu: Positive | None = None
+    target_mu: Mu | None = None
     clipping_norm: Positive = 1.0
 
     @model_validator(mode="after")
@@ -172,7 +177,7 @@ class InputPerturbationSection(Table):
 
     features: Literal["laplace", "gaussian", "none"]
     labels: Literal["k-rr", "none"]
-    epsilon: Positive
+    epsilon: Epsilon
     label_share: Probability = 0.5
     bound: Positive = 2.0
     delta: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None

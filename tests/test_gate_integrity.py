@@ -447,3 +447,73 @@ def test_run_audit_from_python_also_holds_the_lock_and_writes_the_pair(tmp_path:
     assert len(data["provenance"]["units"]["mechanism"]["digests"]) == 4
     assert data["provenance"]["audit_file"] == str(audit.resolve())
     assert (ROOT / "dpaudit").is_dir()
+
+
+# ------------------------------------------------- checked before work, and the safe mode
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (
+            ("epsilon = 1.0", "epsilon = 1e308"),
+            "'mechanism.epsilon': Input should be less than or equal to 100 (got 1e+308)",
+        ),
+        (("epsilon = 1.0", "epsilon = inf"), "'mechanism.epsilon': Input should be a finite"),
+        (
+            ('name = "laplace"\nepsilon = 1.0', 'name = "gaussian"\nsigma = 1.0'),
+            "[audit] delta = 0 does not fit: The 'delta' parameter must be in (0, 1]",
+        ),
+    ],
+)
+def test_validate_refuses_what_run_would_refuse_before_any_work(
+    tmp_path: Path, change: tuple[str, str], said: str
+) -> None:
+    audit = _laplace(tmp_path)
+    text = audit.read_text().replace(*change)
+    if "gaussian" in text:
+        text = text.replace('name = "lap"', 'name = "lap"\ndelta = 0')
+    audit.write_text(text)
+    for command in ("validate", "run"):
+        result = runner.invoke(
+            app, [command, str(audit), "-o", str(tmp_path / "r")][: 2 + 2 * (command == "run")]
+        )
+        assert result.exit_code == 2, result.output
+        (line,) = _lines(result.output)
+        assert said in line
+    assert not (tmp_path / "r" / "units").exists()
+
+
+def test_safe_mode_imports_no_plug_in_and_refuses_paths_outside_the_folder(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "IMPORTED"
+    module = f"hostile_plugin_{next(_names)}"
+    (tmp_path / f"{module}.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+        "def mechanism(data, *, rng, size):\n    return rng.laplace(0.0, 1.0, size)\n"
+    )
+    (tmp_path / "plug.toml").write_text(PLUGIN_AUDIT.format(module=module))
+    for command in ("validate", "run"):
+        result = runner.invoke(app, [command, "--no-plugins", str(tmp_path / "plug.toml")])
+        assert result.exit_code == 2, result.output
+        assert _lines(result.output) == [
+            f"error: 'mechanism.name' = '{module}:mechanism' is a plug-in: --no-plugins "
+            "imports no user code"
+        ]
+    assert not marker.exists()
+    outside = tmp_path / "m.toml"
+    outside.write_text(
+        '[audit]\nname = "m"\nkinds = ["membership"]\n[data]\ndataset = "csv:../x.csv"\n'
+        'label = "y"\n[membership]\n'
+    )
+    result = runner.invoke(app, ["validate", "--no-plugins", str(outside)])
+    assert result.exit_code == 2
+    assert "'data.dataset' = 'csv:../x.csv' is outside the audit file's folder" in result.output
+    # a plain built-in audit is valid, and runs, in safe mode (also set by the environment)
+    audit = _laplace(tmp_path)
+    ok = runner.invoke(app, ["validate", str(audit)], env={"DPAUDIT_NO_PLUGINS": "1"})
+    assert ok.exit_code == 0, ok.output
+    assert ok.output.strip().endswith("safe mode: no user code imported)")
+    ran = runner.invoke(app, ["run", "--no-plugins", str(audit), "-q", "-o", str(tmp_path / "r")])
+    assert ran.exit_code == 0, ran.output

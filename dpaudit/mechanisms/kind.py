@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+from dpaudit.errors import ConfigError, DpauditError
 from dpaudit.kinds.base import AuditKind, KindSummary, Outputs, RunContext, UnitPlan
 from dpaudit.mechanisms.schema import MechanismSection
 from dpaudit.mechanisms.units import (
@@ -36,7 +37,11 @@ class MechanismKind(AuditKind[MechanismSection]):
     )
 
     def check_runnable(self, section: MechanismSection, context: RunContext) -> None:
-        build_mechanism(section, str(context.base_dir))
+        mech = build_mechanism(section, str(context.base_dir))
+        try:  # the upper bound at the audit's δ: what summarise will need, checked now
+            upper_bound(section, mech, context.delta)
+        except DpauditError as exc:
+            raise ConfigError(f"[audit] delta = {context.delta:g} does not fit: {exc}") from None
 
     def plan(self, section: MechanismSection, context: RunContext) -> UnitPlan:
         spec = MechanismSpec(

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from dpaudit.sections import ClaimSection, Positive, Table
+from dpaudit.sections import ClaimSection, Epsilon, Mu, Positive, Table
 
 BUILTIN_MECHANISMS = (
     "laplace",
@@ -80,12 +80,12 @@ class MechanismSection(Table):
 
     name: str
     sensitivity: Positive = 1.0
-    epsilon: Positive | None = None
+    epsilon: Epsilon | None = None
     delta: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None
     calibration: Literal["classic", "exact"] | None = None
     scale: Positive | None = None
     sigma: Positive | None = None
-    mu: Positive | None = None
+    mu: Mu | None = None
     p: Annotated[float, Field(ge=0.5, le=1.0)] | None = None
     k: Annotated[int, Field(ge=2, le=100_000)] | None = None
     values: tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]] | None = None
