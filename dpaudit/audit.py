@@ -75,6 +75,7 @@ def _run_plan(
         progress=tick,
         executor=e.executor,
         address=e.address,
+        timeout=e.unit_timeout,
     )
 
 

@@ -13,6 +13,8 @@ completes, a unit is written once however many times it was computed.
 
 from __future__ import annotations
 
+import multiprocessing
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -73,6 +75,7 @@ def run_units(
     progress: Progress | None = None,
     executor: str = "local",
     address: str | None = None,
+    timeout: float | None = None,
 ) -> UnitStats:
     """Compute every unit of ``units`` missing from ``store``.
 
@@ -87,9 +90,13 @@ def run_units(
         executor: ``"local"`` (this process or a process pool) or ``"dask"``.
         address: The Dask scheduler (``"tcp://host:port"``); ``None`` with
             ``executor="dask"`` starts a LocalCluster on 127.0.0.1 for this call.
+        timeout: Seconds one unit may run (``[execution] unit_timeout``). Units then run
+            in worker processes (even with ``workers=1``), so that one that overruns can
+            be stopped; the finished ones are stored as usual.
 
     Raises:
-        DpauditError: ``executor`` is unknown, or Dask is asked for but not installed.
+        DpauditError: ``executor`` is unknown, Dask is asked for but not installed, or a
+            unit ran longer than ``timeout`` (it is named; the finished units are kept).
     """
     check_choice("executor", executor, EXECUTORS)
     done = store.finished()
@@ -97,7 +104,16 @@ def run_units(
     reused = len(units) - len(todo)
     if progress and reused:
         progress(reused)
-    if executor == "dask":
+    if timeout is not None and executor == "dask":
+        raise DpauditError(
+            "[execution] unit_timeout applies to the local executor; a Dask cluster has its "
+            "own limits (distributed.scheduler settings)"
+        )
+    if timeout is not None and todo:
+        _run_with_timeout(
+            fn, config, todo, store, workers=workers, timeout=timeout, progress=progress
+        )
+    elif executor == "dask":
         if todo:
             _run_on_dask(
                 fn, config, todo, store, workers=workers, address=address, progress=progress
@@ -118,6 +134,47 @@ def run_units(
                     if progress:
                         progress(1)
     return UnitStats(total=len(units), reused=reused, computed=len(todo))
+
+
+def _run_with_timeout(
+    fn: UnitFn,
+    config: Any,
+    todo: Sequence[str],
+    store: RunStore,
+    *,
+    workers: int,
+    timeout: float,
+    progress: Progress | None,
+) -> None:
+    """Run ``todo`` in ``workers`` processes, at most one unit each at a time, so that each
+    unit's clock starts when it starts; a unit past ``timeout`` stops the pool."""
+    pending = list(reversed(todo))
+    running: dict[str, tuple[Any, float]] = {}
+    with multiprocessing.get_context().Pool(processes=max(1, workers)) as pool:
+
+        def start() -> None:
+            if pending:
+                unit = pending.pop()
+                running[unit] = (pool.apply_async(fn, (config, unit)), time.monotonic())
+
+        for _ in range(max(1, workers)):
+            start()
+        while running:
+            for unit, (result, started) in list(running.items()):
+                if result.ready():
+                    store.save(unit, result.get())
+                    del running[unit]
+                    if progress:
+                        progress(1)
+                    start()
+                elif time.monotonic() - started > timeout:
+                    pool.terminate()
+                    raise DpauditError(
+                        f"unit {unit} did not finish within {timeout:g} s ([execution] "
+                        "unit_timeout) and was stopped; every finished unit is kept: raise "
+                        "the limit, or find what hangs (a plug-in?), then run again"
+                    )
+            time.sleep(0.01)
 
 
 def _import_dask() -> Any:

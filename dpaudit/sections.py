@@ -409,6 +409,9 @@ class ExecutionSection(Table):
     address: str | None = None
     unit_size: Annotated[int, Field(ge=1)] = 25_000
     device: str = "cpu"
+    #: Seconds one unit may take (local executor): a unit still running then is stopped,
+    #: named, and the run exits 2 keeping every finished unit. None: no limit.
+    unit_timeout: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] | None = None
 
 
 class ReportSection(Table):

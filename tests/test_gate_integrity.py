@@ -517,3 +517,24 @@ def test_safe_mode_imports_no_plug_in_and_refuses_paths_outside_the_folder(
     assert ok.output.strip().endswith("safe mode: no user code imported)")
     ran = runner.invoke(app, ["run", "--no-plugins", str(audit), "-q", "-o", str(tmp_path / "r")])
     assert ran.exit_code == 0, ran.output
+
+
+def test_a_unit_past_its_timeout_is_stopped_and_named(tmp_path: Path) -> None:
+    audit = _plugin(tmp_path, "import time; time.sleep(600)")
+    audit.write_text(audit.read_text() + "\n[execution]\nunit_timeout = 1.5\n")
+    run_dir = tmp_path / "run"
+    result = runner.invoke(app, ["run", str(audit), "-q", "-o", str(run_dir)])
+    assert result.exit_code == 2, result.output
+    assert _lines(result.output) == [
+        "error: unit mechanism-00000 did not finish within 1.5 s ([execution] unit_timeout) "
+        "and was stopped; every finished unit is kept: raise the limit, or find what hangs "
+        "(a plug-in?), then run again"
+    ]
+    assert not (run_dir / "results.json").exists()
+
+
+def test_units_under_a_timeout_give_the_same_result(tmp_path: Path) -> None:
+    plain = run_audit(_laplace(tmp_path, name="a"), output_dir=tmp_path / "a", write=False)
+    timed = _laplace(tmp_path, name="b", extra="unit_timeout = 600")
+    limited = run_audit(timed, output_dir=tmp_path / "b", write=False)
+    assert _bounds(limited.to_dict()) == _bounds(plain.to_dict())
