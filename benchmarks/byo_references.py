@@ -9,8 +9,8 @@ For each seed s (s = 0, 1, ...), the setting of ``audits/byo-sklearn.toml``:
    ``sklearn:digits``, each a member by an independent fair coin drawn with seed s, and a
    standardise-then-MLP scikit-learn pipeline (64 hidden units, 100 epochs of SGD with
    momentum, ``random_state = s``) fitted on the members, saved with skops.
-2. dpaudit's brought-target LiRA unit (``dpaudit.membership.brought.byo_unit``, the audit file with
-   ``[audit] seed = s``, so s also seeds the reference splits) with
+2. dpaudit's brought-target LiRA unit (``dpaudit.membership.brought_units.byo_unit``, the
+   audit file with ``[audit] seed = s``, so s also seeds the reference splits) with
    ``[target] references = "clone"`` and, for contrast, ``references = "recipe"`` (torch
    MLPs of ``[model]`` / ``[training]``). K reference models each; dpaudit's ``"lira"``
    attack (online; variance "auto", i.e. one global variance per hypothesis below 64
@@ -163,8 +163,9 @@ def _timed(fn: Any) -> tuple[Any, float, float]:
 def run_seed(seed: int, k: int) -> dict[str, Any]:
     from dpaudit.audit import run_context
     from dpaudit.config import load_config
-    from dpaudit.membership.brought import byo_unit, byo_units, load_byo_data, load_target
-    from dpaudit.membership.kind import byo_spec
+    from dpaudit.membership.brought import load_byo_data, load_target
+    from dpaudit.membership.brought_units import byo_unit
+    from dpaudit.membership.kind import byo_spec, byo_units
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

@@ -50,13 +50,13 @@ import torch
 
 from dpaudit import accounting
 from dpaudit.data import load_dataset
-from dpaudit.membership.kind import REFERENCE_ATTACKS
 from dpaudit.membership.pipeline import (
     audit_attribute,
     audit_membership,
     fair_coins,
     prepare_target,
 )
+from dpaudit.membership.schema import REFERENCE_ATTACKS
 from dpaudit.models import ModelSpec
 from dpaudit.training import DPConfig, TrainingSpec
 
@@ -356,7 +356,7 @@ def configured_default() -> str:
     bound enters the verdict, and the reference-model attack among them (LiRA) is the one
     whose choice of variant is in question.
     """
-    from dpaudit.membership.kind import REFERENCE_ATTACKS, MembershipSection
+    from dpaudit.membership.schema import REFERENCE_ATTACKS, MembershipSection
 
     section = MembershipSection()
     if section.headline is not None:

@@ -529,7 +529,7 @@ def test_membership_headline_must_be_listed(tmp_path) -> None:
 
 
 def test_rmia_options_enter_the_unit_key_only_when_rmia_runs() -> None:
-    from dpaudit.membership.kind import OwnSpec, own_key_data
+    from dpaudit.membership.schema import OwnSpec
     from dpaudit.sections import DataSection, ModelSection, TrainingSection
 
     common = {
@@ -541,7 +541,7 @@ def test_rmia_options_enter_the_unit_key_only_when_rmia_runs() -> None:
         "reference_models": 4,
         "shadow_models": 2,
     }
-    plain = own_key_data(OwnSpec(attacks=("loss", "shadow", "lira"), **common))
+    plain = OwnSpec(attacks=("loss", "shadow", "lira"), **common).key_data()
     assert not any(k.startswith("rmia_") for k in plain)
-    with_rmia = own_key_data(OwnSpec(attacks=("loss", "rmia"), rmia_gamma=2.0, **common))
+    with_rmia = OwnSpec(attacks=("loss", "rmia"), rmia_gamma=2.0, **common).key_data()
     assert with_rmia["rmia_gamma"] == 2.0

@@ -226,7 +226,7 @@ def test_the_kind_scores_auto_as_its_choice_and_records_it(tmp_path):
 
 
 def test_the_default_attacks_end_with_auto():
-    from dpaudit.membership.kind import MembershipSection
+    from dpaudit.membership.schema import MembershipSection
 
     assert MembershipSection().attacks == ["loss", "shadow", "auto"]
 

@@ -28,16 +28,10 @@ import pytest
 from dpaudit.audit import run_audit, run_context
 from dpaudit.config import load_config
 from dpaudit.errors import ConfigError
-from dpaudit.membership.brought import (
-    CLONE_REFERENCES,
-    byo_unit,
-    byo_units,
-    load_byo_data,
-    load_target,
-    preflight,
-    reference_trainer,
-)
-from dpaudit.membership.kind import CLONE_NOTE, RECIPE_NOTE, byo_key_data, byo_spec
+from dpaudit.membership.brought import load_byo_data, load_target, preflight
+from dpaudit.membership.brought_units import CLONE_REFERENCES, byo_unit, reference_trainer
+from dpaudit.membership.kind import byo_key_data, byo_spec, byo_units
+from dpaudit.membership.verdict import CLONE_NOTE, RECIPE_NOTE
 
 N_AUDITED, N_POPULATION, D, C = 200, 100, 5, 3
 
@@ -200,11 +194,11 @@ def _hand_lira(phi_target, phi_refs, inside):
 def test_lira_scores_with_clones_equal_a_hand_computation(world, monkeypatch) -> None:
     from sklearn.linear_model import LogisticRegression
 
-    import dpaudit.membership.brought as targets
+    import dpaudit.membership.brought_units as units
 
     spec, _ = _spec(world, 'factory = "byo_ref_sk:trained"\nreferences = "clone"')
     seen: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    real = targets.reference_trainer
+    real = units.reference_trainer
 
     def recording(config, target):
         train = real(config, target)
@@ -215,7 +209,7 @@ def test_lira_scores_with_clones_equal_a_hand_computation(world, monkeypatch) ->
 
         return wrapped
 
-    monkeypatch.setattr(targets, "reference_trainer", recording)
+    monkeypatch.setattr(units, "reference_trainer", recording)
     (unit,) = byo_units(spec)
     out = byo_unit(spec, unit)
     info = json.loads(str(out["info"]))

@@ -199,7 +199,7 @@ def test_variant_and_table_go_together() -> None:
 
 
 def test_claim_is_the_per_record_ldp_epsilon_and_enters_through_from_claim() -> None:
-    from dpaudit.membership import trained as _targets
+    from dpaudit.membership import stored
 
     both = InputPerturbation(features="laplace", labels="k-rr", epsilon=1.5, label_share=0.2)
     assert both.claim() == Claim(epsilon=1.5, delta=0.0)
@@ -211,21 +211,21 @@ def test_claim_is_the_per_record_ldp_epsilon_and_enters_through_from_claim() -> 
     assert InputPerturbation(features="none", labels="k-rr", epsilon=1.0).claim() is None
     assert InputPerturbation(features="laplace", labels="none", epsilon=1.0).claim() is None
     part = {"claim_epsilon": np.array([1.5]), "claim_delta": np.array([0.0])}
-    upper = _targets.stored_upper(part, 1e-5)
+    upper = stored.stored_upper(part, 1e-5)
     assert upper is not None
     assert (upper.epsilon, upper.epsilon_delta) == (1.5, 0.0)
     assert upper.source == "input perturbation claim"
     # pure ε-DP implies μ-GDP with μ = −2Φ⁻¹(1/(1 + e^ε)) (Dong, Roth, Su 2019, §2)
     assert upper.mu == pytest.approx(-2 * stats.norm.ppf(1 / (1 + math.exp(1.5))), rel=1e-12)
-    assert _targets.has_upper(part, 1e-5)
-    assert not _targets.has_upper({}, 1e-5)
+    assert stored.has_upper(part, 1e-5)
+    assert not stored.has_upper({}, 1e-5)
     # a Gaussian randomiser's claim with δ above the audit's is not held against bounds
     # measured at the audit's δ: (ε, δ_c)-DP says nothing of ε at a smaller δ
     gaussian = {"claim_epsilon": np.array([1.0]), "claim_delta": np.array([1e-4])}
-    assert _targets.stored_upper(gaussian, 1e-5) is None
-    assert not _targets.has_upper(gaussian, 1e-5)
-    assert _targets.stored_upper(gaussian, 1e-4) is not None
-    noted = _targets.stored_details({**gaussian, "perturbation": np.array("{}")}, 1e-5)
+    assert stored.stored_upper(gaussian, 1e-5) is None
+    assert not stored.has_upper(gaussian, 1e-5)
+    assert stored.stored_upper(gaussian, 1e-4) is not None
+    noted = stored.stored_details({**gaussian, "perturbation": np.array("{}")}, 1e-5)
     assert noted["input_perturbation"]["claim_note"] == (
         "the claim's delta 0.0001 exceeds the audit's delta 1e-05: the bounds measured at "
         "the audit's delta are not held against it"
@@ -331,7 +331,8 @@ def test_model_audits_never_exceed_the_claim_beyond_the_binomial_allowance() -> 
 
 def test_a_unit_stores_the_claim_and_the_randomisers_as_they_ran() -> None:
     """What the membership and attribute units store, and what their tests then name."""
-    from dpaudit.membership import trained as _targets
+    from dpaudit.membership import stored, trained
+    from dpaudit.membership.schema import TargetSpec
     from dpaudit.sections import (
         DataSection,
         InputPerturbationSection,
@@ -339,7 +340,7 @@ def test_a_unit_stores_the_claim_and_the_randomisers_as_they_ran() -> None:
         TrainingSection,
     )
 
-    spec = _targets.TargetSpec(
+    spec = TargetSpec(
         data=DataSection(
             dataset="statsmodels:fair", features=["age", "religious"], audited_size=40
         ),
@@ -351,10 +352,10 @@ def test_a_unit_stores_the_claim_and_the_randomisers_as_they_ran() -> None:
             features="laplace", labels="k-rr", epsilon=1.0, label_share=0.25, bound=1.0
         ),
     )
-    target = _targets.train(spec, "input-perturbation", _targets.load(spec))
-    part = _targets.store_target(target, spec)
-    assert _targets.stored_upper(part, 1e-5).epsilon == 1.0  # type: ignore[union-attr]
-    details = _targets.stored_details(part, 1e-5)["input_perturbation"]
+    target = trained.train(spec, "input-perturbation", trained.load(spec))
+    part = stored.store_target(target, spec)
+    assert stored.stored_upper(part, 1e-5).epsilon == 1.0  # type: ignore[union-attr]
+    details = stored.stored_details(part, 1e-5)["input_perturbation"]
     assert details["features"] == "laplace"
     assert details["labels"] == "k-rr"
     assert details["feature_epsilon"] == pytest.approx(0.75)
@@ -363,6 +364,6 @@ def test_a_unit_stores_the_claim_and_the_randomisers_as_they_ran() -> None:
     assert details["game"] == "replace-one"
     assert details["substitutes"] == int((~target.membership).sum())
     # the plain variant of the same spec stores neither
-    plain = _targets.store_target(_targets.train(spec, "plain", _targets.load(spec)), spec)
-    assert _targets.stored_upper(plain, 1e-5) is None
-    assert _targets.stored_details(plain, 1e-5) == {}
+    plain = stored.store_target(trained.train(spec, "plain", trained.load(spec)), spec)
+    assert stored.stored_upper(plain, 1e-5) is None
+    assert stored.stored_details(plain, 1e-5) == {}

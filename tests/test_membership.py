@@ -207,6 +207,49 @@ def test_attribute_audit_counts(fair) -> None:
     json.dumps(r.to_dict())
 
 
+def test_the_kind_and_the_api_score_and_bound_a_target_alike(tmp_path) -> None:
+    """One scoring path and one summariser: the membership kind's unit and
+    audit_membership on the same target give the same scores, and the kind's one-run and
+    heuristic bounds and metrics are the API's, to the last bit."""
+    from dpaudit.kinds.base import RunContext, SharedTables
+    from dpaudit.membership import trained
+    from dpaudit.membership.kind import KIND, own_spec
+    from dpaudit.membership.schema import MembershipSection
+    from dpaudit.sections import DataSection, ModelSection, TrainingSection
+
+    shared = SharedTables(
+        data=DataSection(dataset="statsmodels:fair", audited_size=200, population_size=300),
+        model=ModelSection(kind="logistic"),
+        training=TrainingSection(epochs=3, batch_size=32),
+    )
+    context = RunContext(
+        seed=4, confidence_level=0.95, delta=1e-5, base_dir=tmp_path, shared=shared
+    )
+    section = MembershipSection(attacks=["loss", "lira"], reference_models=4)
+    spec = own_spec(section, context)
+    outputs = {"target-0-plain": trained.own_unit(spec, "target-0-plain")}
+    target = trained.train(spec, "plain", trained.load(spec))
+    api = audit_membership(
+        target.dataset,
+        model=target.model,
+        training=target.training,
+        attacks=("loss", "lira"),
+        audited_size=200,
+        num_reference_models=4,
+        seed=4,
+        target=target,
+    )
+    assert KIND.comparisons(section, context, outputs) == 0  # a plain target: no upper bound
+    summary = KIND.summarise(section, context, outputs, level=0.95)
+    for i, outcome in enumerate(api.outcomes):
+        np.testing.assert_array_equal(outputs["target-0-plain"]["scores"][i], outcome.scores)
+        test = summary.tests[i]
+        assert test.metrics["auc"] == outcome.metrics.auc
+        bounds = [c.lower for c in summary.comparisons if c.test == test.label]
+        want = [outcome.one_run, outcome.epsilon_heuristic]
+        assert [b.to_dict() for b in bounds] == [b.to_dict() for b in want if b is not None]
+
+
 def test_errors(fair) -> None:
     plain = load_dataset("sklearn:wine")
     with pytest.raises(DataError, match="sensitive column"):

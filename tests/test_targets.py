@@ -21,8 +21,10 @@ import torch
 from dpaudit.audit import run_audit, run_context
 from dpaudit.config import load_config
 from dpaudit.errors import ConfigError, DataError, DpauditError
-from dpaudit.membership.brought import LoadedTarget, byo_unit, byo_units, load_byo_data, load_target
-from dpaudit.membership.kind import RECIPE_NOTE, byo_spec
+from dpaudit.membership.brought import LoadedTarget, load_byo_data, load_target
+from dpaudit.membership.brought_units import byo_unit
+from dpaudit.membership.kind import byo_spec, byo_units
+from dpaudit.membership.verdict import RECIPE_NOTE
 from dpaudit.models import ModelSpec
 from dpaudit.sections import ByoSpec
 from dpaudit.training import TrainingSpec, train_many
@@ -155,6 +157,23 @@ def test_each_format_scores_like_the_in_memory_model(world, target: str) -> None
     # The loss attack's score is −loss; file and memory compute the same float32 logits
     # up to the order of operations (ONNX Runtime's kernels): a few float32 ulps.
     np.testing.assert_allclose(out["scores"], -world["loss"], rtol=0, atol=1e-6)
+
+
+def test_an_attack_named_with_hyphens_is_scored_by_its_own_unit(world) -> None:
+    """Unit names are ``byo-<digest>-<attack>``: "lira-online" is read back whole, and its
+    unit seeds it by its position in the list (as an own target's attack is seeded), so a
+    different attack before it changes none of its scores."""
+    target = 'path = "m.safetensors"\nmembership = "member"'
+    scores = {}
+    for first in ("loss", "shadow"):
+        attacks = f'["{first}", "lira-online"]'
+        config = _config(world["root"], target, attacks=attacks, name="hyphen.toml")
+        units = byo_units(_spec(config))
+        assert [u.split("-", 2)[2] for u in units] == [first, "lira-online"]
+        out = byo_unit(_spec(config), units[1])
+        assert json.loads(str(out["info"]))["attack"] == "lira-online"
+        scores[first] = out["scores"]
+    np.testing.assert_array_equal(scores["loss"], scores["shadow"])
 
 
 def test_safetensors_file_into_the_model_section_architecture(world) -> None:

@@ -26,7 +26,12 @@ reference models (LiRA, RMIA) are trained as ``[target] references`` says:
   a model as the target was (e.g. a torch factory and its training loop).
 
 Models trained like the target see its raw ``[data]`` features, and every reference model
-is queried through the same :class:`LoadedTarget` path as the target.
+is queried through the same :class:`LoadedTarget` path as the target (:func:`load_like`).
+
+This module loads: the model, ``[data]`` and the user's membership, a scores file, what
+``[target] references`` names; :func:`preflight` checks it all before any work starts.
+The work units that train the reference models and score the target are
+:mod:`dpaudit.membership.brought_units`.
 
 Nothing is unpickled unless the audit file says ``allow_pickle = true``: safetensors,
 ONNX and skops files hold no code, ``torch.export`` and TorchScript archives are read by
@@ -37,12 +42,10 @@ torch's own loaders, and skops loads only the types it trusts by default plus
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import hashlib
 import importlib
-import json
 import logging
 import math
+import pickle
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -53,8 +56,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from dpaudit.attacks.base import true_class_loss
 from dpaudit.data import Dataset, check_file, library_reason, load_dataset, read_table
 from dpaudit.errors import ConfigError, DataError, DpauditError
+from dpaudit.models import ModelSpec, ModelStack
 from dpaudit.plugins import load_plugin
 from dpaudit.sections import ByoSpec
 
@@ -62,24 +67,17 @@ __all__ = [
     "ByoData",
     "ByoSpec",
     "LoadedTarget",
-    "ReferenceModels",
-    "byo_unit",
-    "byo_units",
     "load_byo_data",
+    "load_like",
     "load_target",
     "preflight",
     "read_scores",
-    "reference_trainer",
-    "references_used",
-    "target_digest",
+    "reference_source",
 ]
 
 # A probability of exactly 0 has log −inf; the smallest positive float64 keeps the
 # log-probabilities finite (log(tiny) ≈ −708) and changes no probability above it.
 _TINY = float(np.finfo(np.float64).tiny)
-
-# Salt of the seed sequence that seeds numpy's global generator while a clone fits.
-_CLONE_SALT = 0xC10
 
 
 # ------------------------------------------------------------------------------ models
@@ -190,8 +188,6 @@ def _sklearn_predict(estimator: Any) -> Callable[[np.ndarray], np.ndarray]:
 
 def _from_object(obj: Any, *, output: str, description: dict[str, Any]) -> tuple[Any, str]:
     """A (predict, output) pair for a torch module, ModelStack or scikit-learn estimator."""
-    from dpaudit.models import ModelStack
-
     if isinstance(obj, ModelStack):
         if obj.num_models != 1:
             raise DpauditError(f"A target ModelStack must hold one model. Got {obj.num_models}.")
@@ -268,8 +264,6 @@ def _optional(module: str, extra: str) -> Any:
 def _load_safetensors(
     path: Path, config: ByoSpec, num_features: int, num_classes: int, description: dict[str, Any]
 ) -> Any:
-    from dpaudit.models import ModelSpec, ModelStack
-
     st = _optional("safetensors.torch", "byo")
     safetensors = _optional("safetensors", "byo")
     try:
@@ -389,8 +383,6 @@ def load_target(
                 raise DpauditError(
                     f"{str(path)!r} is a pickle file; set [target] allow_pickle = true to load it."
                 )
-            import pickle
-
             warnings.append(
                 f"The target {t.path!r} was unpickled because [target] allow_pickle = true: "
                 "unpickling runs any code the file holds; audit only files you trust."
@@ -437,8 +429,6 @@ def load_target(
 
 def _is_estimator(obj: Any) -> bool:
     """A scikit-learn estimator (not a torch module or a ModelStack) with predict_proba."""
-    from dpaudit.models import ModelStack
-
     if obj is None or isinstance(obj, torch.nn.Module | ModelStack):
         return False
     return hasattr(obj, "predict_proba") and hasattr(obj, "get_params")
@@ -481,7 +471,46 @@ def preflight(spec: ByoSpec) -> None:
             f"features, {ds.num_classes} classes): {type(exc).__name__}: "
             f"{library_reason(exc)}. Check [data] label and features."
         ) from None
-    reference_trainer(spec, target)  # 'clone' of a non-estimator, an unimportable function
+    reference_source(spec, target)  # 'clone' of a non-estimator, an unimportable function
+
+
+def reference_source(config: ByoSpec, target: LoadedTarget) -> Any:
+    """What ``[target] references`` names for a brought target, loaded: ``None`` for
+    ``"recipe"``, the target's scikit-learn estimator for ``"clone"``, the user's training
+    function for ``"pkg.module:function"`` (the trainers that use them are
+    :func:`dpaudit.membership.brought_units.reference_trainer`).
+
+    Raises:
+        ConfigError: ``"clone"`` for a target that is not a scikit-learn estimator, or a
+            training function that cannot be imported.
+    """
+    references = config.target.references
+    if references == "recipe":
+        return None
+    if references == "clone":
+        if target.estimator is None:
+            what = target.description.get("type") or target.description.get("format")
+            raise ConfigError(
+                f"[target] references = 'clone' clones a scikit-learn estimator "
+                f"(sklearn.base.clone); the target is {what}. For a torch model give "
+                "references = 'pkg.module:function', a function (X, y, *, seed) that "
+                "builds and trains a model as yours was."
+            )
+        return target.estimator
+    return _import_factory(references, Path(config.base_dir), key="references")
+
+
+def load_like(model: Any, target: LoadedTarget, *, source: str) -> LoadedTarget:
+    """A trained reference model wrapped as the target is (same outputs, same width)."""
+    description: dict[str, Any] = {"format": "reference", "source": source}
+    try:
+        predict, output = _from_object(model, output=target.output, description=description)
+    except DpauditError as exc:
+        raise DpauditError(f"[target] references = {source!r}: {exc}") from None
+    estimator = model if _is_estimator(model) else None
+    return LoadedTarget(
+        predict, target.num_features, target.num_classes, output, description, estimator
+    )
 
 
 # -------------------------------------------------------------------------------- data
@@ -629,8 +658,6 @@ def read_scores(config: ByoSpec) -> tuple[np.ndarray, np.ndarray, str]:
         DataError: A missing, unreadable or empty file, a missing or non-numeric column,
             labels out of range, non-finite losses, or no member / no non-member.
     """
-    from dpaudit.attacks.base import true_class_loss
-
     t = config.target
     if t.scores is None:
         raise DataError("[target] names no scores file.")
@@ -708,312 +735,3 @@ def _class_index(name: Any) -> int:
         return int(str(name).rsplit("_", 1)[1])
     except ValueError:
         raise DataError(f"Cannot read a class index from the column {name!r}.") from None
-
-
-# ------------------------------------------------------------------------------- units
-
-
-def target_digest(config: ByoSpec) -> str:
-    """Hash of the files the target is read from, so a changed file never reuses units."""
-    t = config.target
-    h = hashlib.sha256()
-    for name in (t.path, t.scores, t.membership):
-        if name is None:
-            continue
-        p = config.resolve(name)
-        if p.is_file():
-            h.update(p.read_bytes())
-        h.update(name.encode())
-    return h.hexdigest()[:12]
-
-
-def _attacks(config: ByoSpec) -> list[str]:
-    return list(config.attacks)
-
-
-def byo_units(config: ByoSpec) -> list[str]:
-    """One unit per attack (one unit for a scores file)."""
-    digest = target_digest(config)
-    if config.target.scores is not None:
-        return [f"byo-{digest}-scores"]
-    return [f"byo-{digest}-{name}" for name in _attacks(config)]
-
-
-def _reference_training(config: ByoSpec, members: int) -> Any:
-    """The [training] recipe for reference models, DP noise calibrated to the target's size."""
-    from dpaudit.recipes import training_spec
-
-    return training_spec(config.training, members=members)
-
-
-#: ``[target] references`` as results.json and the report name it (``details["references"]``).
-CLONE_REFERENCES = "clone of the target's estimator"
-RECIPE_REFERENCES = "recipe"
-
-
-def references_used(references: str) -> str:
-    """How the reference models were trained, in the words results.json records."""
-    if references == "recipe":
-        return RECIPE_REFERENCES
-    if references == "clone":
-        return CLONE_REFERENCES
-    return f"training function {references}"
-
-
-class ReferenceModels:
-    """K models trained like the target, seen as one stack (``logits`` is ``(K, m, C)``).
-
-    Each model is a :class:`LoadedTarget`, so a reference model's logits come through the
-    same path as the target's (log-probabilities for a scikit-learn estimator).
-    """
-
-    def __init__(self, models: list[LoadedTarget]) -> None:
-        if not models:
-            raise DpauditError("ReferenceModels needs at least one model.")
-        self.models = models
-
-    @property
-    def num_models(self) -> int:
-        return len(self.models)
-
-    @property
-    def num_features(self) -> int:
-        return self.models[0].num_features
-
-    @property
-    def num_classes(self) -> int:
-        return self.models[0].num_classes
-
-    def logits(self, X: Any) -> torch.Tensor:
-        return torch.cat([m.logits(X) for m in self.models])
-
-    def __repr__(self) -> str:
-        return f"ReferenceModels({self.num_models} x {self.models[0]!r})"
-
-
-def reference_trainer(
-    config: ByoSpec, target: LoadedTarget
-) -> Callable[[np.ndarray, np.ndarray, np.ndarray, int], ReferenceModels] | None:
-    """What trains a brought target's shadow / reference models, per ``[target] references``.
-
-    Returns ``None`` for ``"recipe"`` (the attacks train ``[model]`` / ``[training]``
-    models), else a function ``(X, y, membership, seed) -> ReferenceModels`` for
-    :class:`~dpaudit.attacks.AttackContext` ``train_references``: model k is trained on
-    the rows ``X[membership[k]]`` (raw ``[data]`` features, as the target saw them).
-
-    - ``"clone"``: ``sklearn.base.clone(target.estimator)`` fitted on those rows: the same
-      hyper-parameters (``get_params``), none of the target's fitted state. While clone k
-      fits, numpy's global generator is seeded from ``(seed, k)`` (and restored after), so
-      an estimator with ``random_state=None`` still gives units that are pure functions
-      of their seed; an integer ``random_state`` is kept, as the target had it.
-    - ``"pkg.module:function"``: ``function(X_k, y_k, seed=seed_k)`` returns a trained
-      torch module, :class:`~dpaudit.models.ModelStack` or scikit-learn estimator.
-
-    Raises:
-        ConfigError: ``"clone"`` for a target that is not a scikit-learn estimator, or a
-            training function that cannot be imported.
-    """
-    references = config.target.references
-    if references == "recipe":
-        return None
-    if references == "clone":
-        estimator = target.estimator
-        if estimator is None:
-            what = target.description.get("type") or target.description.get("format")
-            raise ConfigError(
-                f"[target] references = 'clone' clones a scikit-learn estimator "
-                f"(sklearn.base.clone); the target is {what}. For a torch model give "
-                "references = 'pkg.module:function', a function (X, y, *, seed) that "
-                "builds and trains a model as yours was."
-            )
-        return _clone_trainer(estimator, target)
-    fn = _import_factory(references, Path(config.base_dir), key="references")
-    return _function_trainer(fn, target, references)
-
-
-def _splits(
-    X: np.ndarray, y: np.ndarray, membership: np.ndarray, seed: int
-) -> Iterator[tuple[np.ndarray, np.ndarray, np.random.SeedSequence]]:
-    """Each reference model's rows (raw float32 features) and its own seed sequence."""
-    X = np.asarray(X, dtype=np.float32)
-    y = np.asarray(y, dtype=np.int64)
-    for k, rows in enumerate(np.asarray(membership, dtype=bool)):
-        yield X[rows], y[rows], np.random.SeedSequence([seed, _CLONE_SALT, k])
-
-
-def _clone_trainer(
-    estimator: Any, target: LoadedTarget
-) -> Callable[[np.ndarray, np.ndarray, np.ndarray, int], ReferenceModels]:
-    import warnings
-
-    from sklearn.base import clone
-    from sklearn.exceptions import ConvergenceWarning
-
-    def train(X: np.ndarray, y: np.ndarray, membership: np.ndarray, seed: int) -> ReferenceModels:
-        models = []
-        for X_k, y_k, ss in _splits(X, y, membership, seed):
-            model = clone(estimator)
-            # scikit-learn draws from numpy's legacy global RandomState when random_state
-            # is None; seeding it (and restoring it) is the only way to fix those draws
-            # without changing the clone's parameters.
-            state = np.random.get_state()  # noqa: NPY002
-            np.random.seed(ss.generate_state(1)[0])  # noqa: NPY002
-            try:
-                # The target's own recipe may stop at max_iter on purpose (as the shipped
-                # example's does): its clones warn the same way, K times; not news.
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", ConvergenceWarning)
-                    model.fit(X_k.astype(np.float64), y_k)
-            finally:
-                np.random.set_state(state)  # noqa: NPY002
-            models.append(_as_reference(model, target, "clone"))
-        return ReferenceModels(models)
-
-    return train
-
-
-def _function_trainer(
-    fn: Callable[..., Any], target: LoadedTarget, name: str
-) -> Callable[[np.ndarray, np.ndarray, np.ndarray, int], ReferenceModels]:
-    def train(X: np.ndarray, y: np.ndarray, membership: np.ndarray, seed: int) -> ReferenceModels:
-        models = []
-        for X_k, y_k, ss in _splits(X, y, membership, seed):
-            model = fn(X_k, y_k, seed=int(ss.generate_state(1)[0]))
-            models.append(_as_reference(model, target, name))
-        return ReferenceModels(models)
-
-    return train
-
-
-def _as_reference(model: Any, target: LoadedTarget, source: str) -> LoadedTarget:
-    """A trained reference model wrapped as the target is (same outputs, same width)."""
-    description: dict[str, Any] = {"format": "reference", "source": source}
-    try:
-        predict, output = _from_object(model, output=target.output, description=description)
-    except DpauditError as exc:
-        raise DpauditError(f"[target] references = {source!r}: {exc}") from None
-    estimator = model if _is_estimator(model) else None
-    return LoadedTarget(
-        predict, target.num_features, target.num_classes, output, description, estimator
-    )
-
-
-class _Standardised:
-    """The target as the attacks see it: inputs standardised for the reference models.
-
-    Attacks train reference models on standardised features (as dpaudit's own targets
-    are), while the brought model expects the raw ones. Known standardised arrays are
-    mapped back to their raw rows exactly; anything else is un-standardised in float64.
-    """
-
-    num_models = 1
-
-    def __init__(self, target: LoadedTarget, data: ByoData, known: list[np.ndarray]) -> None:
-        self.target = target
-        self.data = data
-        self.known = [(_standardise(data, raw), raw) for raw in known]
-
-    @property
-    def num_features(self) -> int:
-        return self.target.num_features
-
-    @property
-    def num_classes(self) -> int:
-        return self.target.num_classes
-
-    def _raw(self, X: Any) -> np.ndarray:
-        x = np.asarray(X.detach().cpu() if isinstance(X, torch.Tensor) else X, np.float32)
-        for std, raw in self.known:
-            if std.shape == x.shape and np.array_equal(std, x):
-                return raw
-        return (x.astype(np.float64) * self.data.scale + self.data.mean).astype(np.float32)
-
-    def logits(self, X: Any) -> torch.Tensor:
-        return self.target.logits(self._raw(X))
-
-    def probabilities(self, X: Any) -> torch.Tensor:
-        return self.target.probabilities(self._raw(X))
-
-    def losses(self, X: Any, y: Any) -> torch.Tensor:
-        return self.target.losses(self._raw(X), y)
-
-
-def _standardise(data: ByoData, X: np.ndarray) -> np.ndarray:
-    return ((X.astype(np.float64) - data.mean) / data.scale).astype(np.float32)
-
-
-def byo_unit(config: ByoSpec, unit: str) -> dict[str, np.ndarray]:
-    """Score the audited rows with one attack (a pure function of config and unit)."""
-    from dpaudit.attacks import AttackContext
-    from dpaudit.membership.pipeline import resolve_attacks
-    from dpaudit.models import ModelSpec
-
-    name = unit.rsplit("-", 1)[1]
-    if name == "scores":
-        losses, membership, source = read_scores(config)
-        return {
-            "scores": -losses,  # the loss attack: smaller loss, more likely a member
-            "membership": membership,
-            "info": np.array(json.dumps({"attack": "loss", "options": {}, "source": source})),
-        }
-    data = load_byo_data(config)
-    ds = data.dataset
-    target, warnings = load_target(config, num_features=ds.num_features, num_classes=ds.num_classes)
-    train_references = reference_trainer(config, target)
-    if train_references is not None:
-        # Models trained like the target take its raw features: no standardisation.
-        data = dataclasses.replace(
-            data, mean=np.zeros_like(data.mean), scale=np.ones_like(data.scale)
-        )
-    X_raw, y = ds.X[data.audited], ds.y[data.audited]
-    seen = _Standardised(target, data, [X_raw])
-    m = config.model
-    members = int(data.membership.sum())
-    context = AttackContext(
-        # duck-typed: attacks read only logits / num_features / num_classes / num_models
-        target=seen,  # type: ignore[arg-type]
-        model=ModelSpec(kind=m.kind, hidden=tuple(m.hidden), activation=m.activation),
-        training=_reference_training(config, members),
-        target_train_size=members,
-        population_X=_standardise(data, ds.X[data.population]),
-        population_y=ds.y[data.population],
-        num_classes=ds.num_classes,
-        device=config.device,
-        train_references=train_references,
-    )
-    names = _attacks(config)
-    i = names.index(name)
-    attack = resolve_attacks(
-        [name],
-        num_reference_models=config.reference_models,
-        num_shadow_models=config.shadow_models,
-    )[0]
-    if name == "shadow" and data.population.size < 2:
-        raise DataError(
-            "The shadow attack trains on the attacker's population: leave some [data] rows' "
-            "membership empty (not audited) so the attacker has data of its own."
-        )
-    # Same seed derivation as dpaudit's own targets (seed, attack position).
-    seed = int(np.random.SeedSequence([config.seed, 0xA77, i]).generate_state(1)[0])
-    scores = np.asarray(attack.score(context, _standardise(data, X_raw), y, seed=seed))[0]
-    info = {
-        "attack": name,
-        "options": attack.described_options(),
-        "target": target.description,
-        "warnings": warnings,
-        "accuracy": _accuracy(target, X_raw, y, data.membership),
-        "references": references_used(config.target.references),
-    }
-    return {
-        "scores": scores.astype(np.float64),
-        "membership": data.membership,
-        "info": np.array(json.dumps(info)),
-    }
-
-
-def _accuracy(target: LoadedTarget, X: np.ndarray, y: np.ndarray, member: np.ndarray) -> dict:
-    correct = target.logits(X)[0].numpy().argmax(axis=-1) == y
-    return {
-        "members": float(correct[member].mean()),
-        "non_members": float(correct[~member].mean()),
-    }

@@ -58,11 +58,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from dpaudit.mechanisms.noise import Claim, gaussian_calibrated, k_rr_probabilities
+
+if TYPE_CHECKING:
+    from dpaudit.sections import InputPerturbationSection
 
 __all__ = [
     "FEATURE_RANDOMISERS",
@@ -97,6 +100,20 @@ class InputPerturbation:
     label_share: float = 0.5
     bound: float = 2.0
     delta: float = 0.0
+
+    @classmethod
+    def from_section(cls, section: InputPerturbationSection | None) -> InputPerturbation:
+        """The randomisers of ``[target.input_perturbation]`` (``ValueError`` without it)."""
+        if section is None:
+            raise ValueError("the input-perturbation variant needs [target.input_perturbation]")
+        return cls(
+            features=section.features,
+            labels=section.labels,
+            epsilon=section.epsilon,
+            label_share=section.label_share,
+            bound=section.bound,
+            delta=0.0 if section.delta is None else section.delta,
+        )
 
     @property
     def label_epsilon(self) -> float:

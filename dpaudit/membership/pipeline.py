@@ -18,11 +18,15 @@ writes files or prints):
 
 When the target was trained with DP-SGD, the accountant's ε for what the engine actually
 ran (its :class:`~dpaudit.records.DPSGDRecord`) is reported next to the lower bounds.
+
+The attacks score through :func:`dpaudit.membership.scoring.score_rows` and each attack's
+scores are summarised by :func:`dpaudit.membership.summary.summarise_attack`: the same
+two functions serve the ``membership`` audit kind, so the API and an audit file compute
+every score and bound the same way.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,33 +34,35 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpaudit.attacks import (
-    AttackContext,
-    AttributeAttack,
-    LiraAttack,
-    MembershipAttack,
-    ShadowAttack,
-    get_attack,
-    sensitive_prior,
-)
-from dpaudit.attacks.base import check_int
-from dpaudit.bounds import (
-    EpsilonBound,
-    MuBound,
-    epsilon_lower_bound,
-    mu_lower_bound,
-    one_run_epsilon_lower_bound,
-    one_run_guesses,
-)
+from dpaudit.attacks import AttackContext, AttributeAttack, MembershipAttack, sensitive_prior
 from dpaudit.data import Dataset, split_dataset
-from dpaudit.errors import DataError, DpauditError, InsufficientTrialsError, check_in_interval
+from dpaudit.errors import DataError, DpauditError, check_in_interval, check_integer
+from dpaudit.membership.input_perturbation import InputPerturbation, randomise
+from dpaudit.membership.scoring import (
+    Progress,
+    resolve_attacks,
+    score_rows,
+    stage,
+    target_accuracy,
+)
+from dpaudit.membership.summary import (
+    DEFAULT_FPRS,
+    DEFAULT_GUESS_FRACTION,
+    AttackOutcome,
+    AttackScores,
+    AttributeAuditResult,
+    AttributeGuesses,
+    attack_seed,
+    attribute_result,
+    one_run_bound,
+    summarise_attack,
+)
 from dpaudit.models import ModelStack
-from dpaudit.stats import ConfidenceInterval, check_confidence_level, clopper_pearson
-from dpaudit.theory import dp_attribute_advantage_bound
-from dpaudit.tradeoff import MembershipMetrics, membership_metrics
+from dpaudit.stats import check_confidence_level
+from dpaudit.training import train_many
+from dpaudit.upper_bounds import from_records
 
 if TYPE_CHECKING:
-    from dpaudit.membership.input_perturbation import InputPerturbation
     from dpaudit.models import ModelSpec
     from dpaudit.records import DPSGDRecord
     from dpaudit.training import TrainingSpec, TrainResult
@@ -79,15 +85,6 @@ __all__ = [
     "resolve_attacks",
     "score_attacks",
 ]
-
-Progress = Callable[[str, int, int], None]
-
-DEFAULT_FPRS: tuple[float, ...] = (0.1, 0.01, 0.001)
-# Share of the audited rows guessed on by the one-run test, at each end of the score
-# order (top = "member", bottom = "non-member"). It is fixed before the scores are seen,
-# as Steinke, Nasr, Jagielski (2023) require: choosing it after looking at the scores
-# would void the confidence level.
-DEFAULT_GUESS_FRACTION = 0.05
 
 
 # ----------------------------------------------------------------------------- target
@@ -167,7 +164,7 @@ def fair_coins(audited_size: int, *, seed: int) -> np.ndarray:
     Exposed so that a caller can size DP noise for the actual number of members before
     training (the sampling rate q = batch_size / members).
     """
-    m = check_int("audited_size", audited_size, minimum=1)
+    m = check_integer("audited_size", audited_size, low=1)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0xC01]))
     return rng.random(m) < 0.5
 
@@ -205,9 +202,7 @@ def prepare_target(
     Raises:
         DataError: the dataset is too small, or no audited row won its coin.
     """
-    from dpaudit.training import train_many
-
-    m = check_int("audited_size", audited_size, minimum=2)
+    m = check_integer("audited_size", audited_size, low=2)
     if population_size is None:
         population_size = dataset.num_rows - m
         if population_size < 0:
@@ -279,8 +274,6 @@ def _randomised_slots(
     (with replacement when the population is smaller than m), so flipping one coin is a
     replace-one change of one slot.
     """
-    from dpaudit.membership.input_perturbation import randomise
-
     if population.size == 0:
         raise DataError(
             "The input-perturbation target needs population rows to stand in for non-members "
@@ -301,86 +294,10 @@ def _accountant_epsilon(record: DPSGDRecord | None, delta: float) -> float | Non
     """The accountant's ε at δ for what the target ran (the one place: upper_bounds)."""
     if record is None:
         return None
-    from dpaudit.upper_bounds import from_records
-
     return from_records([record], delta, with_mu=False).epsilon
 
 
 # ------------------------------------------------------------------------- membership
-
-
-@dataclass(frozen=True, repr=False)
-class AttackOutcome:
-    """One membership attack's scores and what they show.
-
-    Attributes:
-        attack: the attack's registry name; options: its options.
-        scores: ``(m,)`` scores of the audited rows (larger = "member").
-        metrics: ROC summary (AUC, TPR at each FPR, advantage) with intervals.
-        one_run: ε lower bound from the one-run test on the top / bottom scores
-            (validity ``"rigorous-one-run"``).
-        epsilon_heuristic: ε lower bound treating audited rows as independent trials
-            (validity ``"heuristic"``), or ``None`` when too few rows for any bound.
-        mu_heuristic: the μ analogue, or ``None``.
-        seconds: wall time of the attack (shadow / reference training included).
-        notes: why a bound is missing, if one is.
-    """
-
-    attack: str
-    options: dict[str, Any]
-    scores: np.ndarray
-    metrics: MembershipMetrics
-    one_run: EpsilonBound
-    epsilon_heuristic: EpsilonBound | None
-    mu_heuristic: MuBound | None
-    seconds: float
-    notes: tuple[str, ...] = ()
-
-    def dp_region(self, epsilon: float, delta: float) -> list[dict[str, Any]]:
-        """Check each TPR-at-FPR point against (ε, δ)-DP: TPR ≤ e^ε·FPR + δ.
-
-        The check is conservative towards the claim: the TPR's lower confidence limit is
-        compared with the limit at the FPR's upper confidence limit, so an ``inside=False``
-        means the attack beat the DP region beyond the metrics' own uncertainty (both
-        two-sided Clopper–Pearson at the metrics' confidence level; a descriptive check,
-        the rigorous test is :attr:`one_run`).
-        """
-        rows = []
-        for r in self.metrics.tpr_at_fpr:
-            limit = min(1.0, math.exp(epsilon) * r.fpr_interval.high + delta)
-            rows.append(
-                {
-                    "target_fpr": r.target_fpr,
-                    "tpr_low": r.tpr_interval.low,
-                    "fpr_high": r.fpr_interval.high,
-                    "limit": limit,
-                    "inside": bool(r.tpr_interval.low <= limit),
-                }
-            )
-        return rows
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "attack": self.attack,
-            "options": dict(self.options),
-            "scores": [float(s) for s in self.scores],
-            "metrics": self.metrics.to_dict(),
-            "one_run": self.one_run.to_dict(),
-            "epsilon_heuristic": (
-                None if self.epsilon_heuristic is None else self.epsilon_heuristic.to_dict()
-            ),
-            "mu_heuristic": None if self.mu_heuristic is None else self.mu_heuristic.to_dict(),
-            "seconds": self.seconds,
-            "notes": list(self.notes),
-        }
-
-    def __repr__(self) -> str:
-        tprs = ", ".join(f"{r.target_fpr:g}:{r.tpr:.3f}" for r in self.metrics.tpr_at_fpr)
-        return (
-            f"AttackOutcome(attack={self.attack!r}, auc={self.metrics.auc:.4f}, "
-            f"tpr_at_fpr={{{tprs}}}, one_run_epsilon={self.one_run.value:.3f}, "
-            f"seconds={self.seconds:.1f})"
-        )
 
 
 @dataclass(frozen=True, repr=False)
@@ -448,77 +365,6 @@ class MembershipAuditResult:
         )
 
 
-def one_run_bound(
-    scores: np.ndarray,
-    membership: np.ndarray,
-    *,
-    guesses_per_side: int,
-    delta: float,
-    confidence_level: float,
-) -> EpsilonBound:
-    """Steinke–Nasr–Jagielski one-run ε lower bound from membership scores.
-
-    Guess "member" for the ``guesses_per_side`` highest scores and "non-member" for as many
-    lowest ones, abstain on the rest, and count the correct guesses. Valid because every
-    audited row was included by an independent fair coin and the scores never saw the
-    coins. The guessing rule, ties included, is :func:`dpaudit.bounds.one_run_guesses`.
-
-    References:
-        Steinke, Nasr, Jagielski (2023), "Privacy Auditing with One (1) Training Run",
-        NeurIPS, Algorithm 1 (guess on the top k+ and bottom k− scores) and Theorem 3.1.
-    """
-    guesses, correct = one_run_guesses(scores, membership, guesses_per_side=guesses_per_side)
-    return one_run_epsilon_lower_bound(
-        canaries=scores.size,
-        guesses=guesses,
-        correct=correct,
-        delta=delta,
-        confidence_level=confidence_level,
-    )
-
-
-def resolve_attacks(
-    attacks: Sequence[str | MembershipAttack],
-    *,
-    num_reference_models: int,
-    num_shadow_models: int,
-) -> list[MembershipAttack]:
-    out: list[MembershipAttack] = []
-    for a in attacks:
-        if isinstance(a, MembershipAttack):
-            out.append(a)
-        elif a == "lira":
-            out.append(LiraAttack(num_reference_models=num_reference_models))
-        elif a == "shadow":
-            out.append(ShadowAttack(num_shadow_models=num_shadow_models))
-        else:
-            attack = get_attack(a)
-            if "num_reference_models" in attack.options():
-                # every reference attack (LiRA's variants, RMIA, "auto") gets the K asked for
-                attack = get_attack(a, num_reference_models=num_reference_models)
-            if not isinstance(attack, MembershipAttack):
-                raise DpauditError(f"The attack {a!r} is not a membership attack.")
-            out.append(attack)
-    if not out:
-        raise DpauditError("The 'attacks' parameter must name at least one attack.")
-    return out
-
-
-@dataclass(frozen=True, repr=False)
-class AttackScores:
-    """One attack's raw scores of the audited rows (what a work unit stores)."""
-
-    attack: str
-    options: dict[str, Any]
-    scores: np.ndarray
-    seconds: float
-
-
-def attack_seed(seed: int, position: int) -> int:
-    """The seed of the attack at ``position``: adding an attack leaves the others' alone."""
-    return int(np.random.SeedSequence([seed, 0xA77, position]).generate_state(1)[0])
-
-
 def score_attacks(
     target: AuditedTarget,
     attacks: Sequence[MembershipAttack],
@@ -527,28 +373,18 @@ def score_attacks(
     device: str = "cpu",
     progress: Progress | None = None,
 ) -> tuple[AttackScores, ...]:
-    """Run each attack on the audited rows (features and labels only, never the coins).
+    """Run each attack on the audited rows of ``target`` (features and labels only, never
+    the coins), through the one scoring path (:func:`dpaudit.membership.scoring.score_rows`:
+    the attack at position i seeded with ``attack_seed(seed, i)``, reference attacks
+    sharing one reference set).
 
     Raises:
         DpauditError: an attack returned non-finite scores.
     """
-    out = []
-    for i, attack in enumerate(attacks):
-        t0 = time.perf_counter()
-        context = target.context(device=device, progress=_stage(progress, attack.name))
-        scores = np.asarray(
-            attack.score(context, target.audited_X, target.audited_y, seed=attack_seed(seed, i)),
-            dtype=np.float64,
-        )[0]
-        if not np.all(np.isfinite(scores)):
-            raise DpauditError(
-                f"The {attack.name!r} attack returned {int((~np.isfinite(scores)).sum())} "
-                f"non-finite scores."
-            )
-        out.append(
-            AttackScores(attack.name, attack.described_options(), scores, time.perf_counter() - t0)
-        )
-    return tuple(out)
+    context = target.context(device=device)
+    return score_rows(
+        context, target.audited_X, target.audited_y, attacks, seed=seed, progress=progress
+    )
 
 
 def audit_membership(
@@ -576,10 +412,12 @@ def audit_membership(
         dataset: an encoded dataset (:func:`dpaudit.data.load_dataset`).
         model: the target's architecture.
         training: its training recipe (``training.dp`` set for DP-SGD).
-        attacks: registry names (``"loss"``, ``"shadow"``, ``"lira"``) or attack objects.
+        attacks: registry names (``"loss"``, ``"shadow"``, ``"lira"``, ...) or attack
+            objects.
         audited_size: m, the audited rows; each joins the target by a fair coin.
         population_size: the attacker's rows (default: all other rows).
-        num_reference_models: LiRA's reference models (when ``"lira"`` is named).
+        num_reference_models: the reference models of every reference attack (LiRA's
+            variants, RMIA, ``"auto"``); the attacks that agree on it share one set.
         num_shadow_models: the shadow attack's models (when ``"shadow"`` is named).
         seed: seed of everything (split, coins, training, attacks).
         confidence_level: c for every interval and bound.
@@ -618,14 +456,13 @@ def audit_membership(
             population_size=population_size,
             seed=seed,
             device=device,
-            progress=_stage(progress, "target"),
+            progress=stage(progress, "target"),
         )
     seconds = {"target": target.seconds}
     X, y, coins = target.audited_X, target.audited_y, target.membership
-    m = coins.size
     if coins.all():
         raise DataError("Every audited row won its coin; no non-member to compare with.")
-    accuracy = _accuracy(target.models, X, y, coins)
+    accuracy = target_accuracy(target.models, X, y, coins)
     outcomes = []
     for i, scored in enumerate(
         score_attacks(target, resolved, seed=seed, device=device, progress=progress)
@@ -633,16 +470,14 @@ def audit_membership(
         key = scored.attack if scored.attack not in seconds else f"{scored.attack}#{i}"
         seconds[key] = scored.seconds
         outcomes.append(
-            _summarise(
-                resolved[i],
-                scored.scores,
+            summarise_attack(
+                scored,
                 coins,
                 confidence_level=c,
                 delta=d,
-                fprs=fprs,
-                guesses_per_side=max(1, int(frac * m)),
                 seed=attack_seed(seed, i),
-                seconds=scored.seconds,
+                fprs=fprs,
+                guess_fraction=frac,
             )
         )
     # A target passed in was trained before this call: add its training time.
@@ -650,7 +485,7 @@ def audit_membership(
     return MembershipAuditResult(
         dataset=target.dataset.name,
         data_hash=target.dataset.data_hash,
-        audited_size=m,
+        audited_size=coins.size,
         members=int(coins.sum()),
         membership=coins.copy(),
         outcomes=tuple(outcomes),
@@ -664,171 +499,7 @@ def audit_membership(
     )
 
 
-def _summarise(
-    attack: MembershipAttack,
-    scores: np.ndarray,
-    coins: np.ndarray,
-    *,
-    confidence_level: float,
-    delta: float,
-    fprs: tuple[float, ...],
-    guesses_per_side: int,
-    seed: int,
-    seconds: float,
-) -> AttackOutcome:
-    if not np.all(np.isfinite(scores)):
-        raise DpauditError(
-            f"The {attack.name!r} attack returned {int((~np.isfinite(scores)).sum())} "
-            f"non-finite scores."
-        )
-    negatives, positives = scores[~coins], scores[coins]
-    metrics = membership_metrics(negatives, positives, confidence_level=confidence_level, fprs=fprs)
-    one_run = one_run_bound(
-        scores,
-        coins,
-        guesses_per_side=guesses_per_side,
-        delta=delta,
-        confidence_level=confidence_level,
-    )
-    notes: list[str] = []
-    # Rows share one trained model, so their outcomes are not independent trials: the
-    # Clopper–Pearson bounds below are descriptive only ("heuristic"; docs/design.md, "Validity labels").
-    try:
-        eps = epsilon_lower_bound(
-            negatives,
-            positives,
-            delta=delta,
-            confidence_level=confidence_level,
-            threshold="split",
-            seed=seed,
-            validity="heuristic",
-        )
-    except InsufficientTrialsError as exc:
-        eps = None
-        notes.append(f"heuristic epsilon: {exc}")
-    try:
-        mu = mu_lower_bound(
-            negatives,
-            positives,
-            confidence_level=confidence_level,
-            threshold="split",
-            seed=seed,
-            validity="heuristic",
-        )
-    except InsufficientTrialsError as exc:
-        mu = None
-        notes.append(f"heuristic mu: {exc}")
-    return AttackOutcome(
-        attack=attack.name,
-        options=attack.described_options(),
-        scores=scores,
-        metrics=metrics,
-        one_run=one_run,
-        epsilon_heuristic=eps,
-        mu_heuristic=mu,
-        seconds=seconds,
-        notes=tuple(notes),
-    )
-
-
-def _accuracy(models: ModelStack, X: np.ndarray, y: np.ndarray, coins: np.ndarray) -> dict:
-    from dpaudit.attacks.base import stack_logits
-
-    correct = stack_logits(models, X)[0].argmax(axis=-1) == y
-    return {
-        "members": float(correct[coins].mean()),
-        "non_members": float(correct[~coins].mean()),
-    }
-
-
-def _stage(progress: Progress | None, stage: str) -> Callable[[int, int], None] | None:
-    if progress is None:
-        return None
-    return lambda done, total: progress(stage, done, total)
-
-
 # -------------------------------------------------------------------------- attribute
-
-
-@dataclass(frozen=True, repr=False)
-class AttributeAuditResult:
-    """Attribute inference on a target: accuracies, advantage, and the DP bound.
-
-    Attributes:
-        sensitive: the sensitive column's name; values: its candidate values.
-        accuracy_members / accuracy_non_members: the attack's accuracy on each group, with
-            two-sided Clopper–Pearson intervals (``*_interval``).
-        accuracy_baseline: accuracy of always guessing the prior's mode, on all audited
-            rows, with its interval.
-        advantage: accuracy on members − accuracy on non-members; its interval combines
-            the two rates' intervals at 1 − (1 − c)/2 each (union bound).
-        guesses: ``(m,)`` guessed candidate index; truth: ``(m,)`` true index.
-        membership: the coins.
-        prior: the attacker's prior over candidates (from the population).
-        accountant_epsilon: the target's ε at ``delta`` (``None`` without DP).
-        dp_bound: :func:`dp_attribute_advantage_bound` at that ε, or ``None``.
-
-    The intervals treat rows as independent Bernoulli trials, which they are not (they
-    share one model): like the membership metrics, they are descriptive.
-    """
-
-    dataset: str
-    sensitive: str
-    values: tuple[Any, ...]
-    accuracy_members: float
-    accuracy_members_interval: ConfidenceInterval
-    accuracy_non_members: float
-    accuracy_non_members_interval: ConfidenceInterval
-    accuracy_baseline: float
-    accuracy_baseline_interval: ConfidenceInterval
-    advantage: float
-    advantage_interval: ConfidenceInterval
-    guesses: np.ndarray
-    truth: np.ndarray
-    membership: np.ndarray
-    prior: np.ndarray
-    accountant_epsilon: float | None
-    dp_bound: dict[str, float] | None
-    confidence_level: float
-    delta: float
-    seed: int
-    seconds: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": "attribute",
-            "dataset": self.dataset,
-            "sensitive": self.sensitive,
-            "values": list(self.values),
-            "accuracy_members": self.accuracy_members,
-            "accuracy_members_interval": list(self.accuracy_members_interval),
-            "accuracy_non_members": self.accuracy_non_members,
-            "accuracy_non_members_interval": list(self.accuracy_non_members_interval),
-            "accuracy_baseline": self.accuracy_baseline,
-            "accuracy_baseline_interval": list(self.accuracy_baseline_interval),
-            "advantage": self.advantage,
-            "advantage_interval": list(self.advantage_interval),
-            "guesses": [int(g) for g in self.guesses],
-            "truth": [int(t) for t in self.truth],
-            "membership": [bool(b) for b in self.membership],
-            "prior": [float(p) for p in self.prior],
-            "accountant_epsilon": self.accountant_epsilon,
-            "dp_bound": None if self.dp_bound is None else dict(self.dp_bound),
-            "confidence_level": self.confidence_level,
-            "delta": self.delta,
-            "seed": self.seed,
-            "seconds": self.seconds,
-        }
-
-    def __repr__(self) -> str:
-        return (
-            f"AttributeAuditResult(sensitive={self.sensitive!r}, "
-            f"accuracy_members={self.accuracy_members:.3f}, "
-            f"accuracy_non_members={self.accuracy_non_members:.3f}, "
-            f"accuracy_baseline={self.accuracy_baseline:.3f}, advantage={self.advantage:.3f}, "
-            f"advantage_interval=({self.advantage_interval.low:.3f}, "
-            f"{self.advantage_interval.high:.3f}), accountant_epsilon={self.accountant_epsilon})"
-        )
 
 
 def audit_attribute(
@@ -887,25 +558,6 @@ def audit_attribute(
     )
 
 
-@dataclass(frozen=True, repr=False)
-class AttributeGuesses:
-    """The attack's raw output on a target: what an attribute work unit stores.
-
-    Attributes:
-        dataset: dataset name; sensitive: the sensitive column; values: its candidates.
-        guesses: ``(m,)`` guessed candidate index; truth: ``(m,)`` true index.
-        membership: the coins; prior: the attacker's prior over candidates.
-    """
-
-    dataset: str
-    sensitive: str
-    values: tuple[Any, ...]
-    guesses: np.ndarray
-    truth: np.ndarray
-    membership: np.ndarray
-    prior: np.ndarray
-
-
 def guess_attributes(target: AuditedTarget) -> AttributeGuesses:
     """Yeom et al.'s attribute guesses for the audited rows of ``target``.
 
@@ -932,53 +584,4 @@ def guess_attributes(target: AuditedTarget) -> AttributeGuesses:
         truth=sensitive.codes[target.audited],
         membership=coins.copy(),
         prior=prior,
-    )
-
-
-def attribute_result(
-    g: AttributeGuesses,
-    *,
-    confidence_level: float,
-    delta: float,
-    accountant_epsilon: float | None,
-    seed: int,
-    seconds: float = 0.0,
-) -> AttributeAuditResult:
-    """Accuracies, advantage and intervals of attribute guesses (no model needed)."""
-    c = confidence_level
-    coins, truth, prior = g.membership, g.truth, g.prior
-    correct = g.guesses == truth
-    k_in, n_in = int(correct[coins].sum()), int(coins.sum())
-    k_out, n_out = int(correct[~coins].sum()), int((~coins).sum())
-    baseline_correct = int((truth == int(np.argmax(prior))).sum())
-    joint = 1.0 - (1.0 - c) / 2.0  # union bound over the two accuracies
-    in_joint = clopper_pearson(k_in, n_in, confidence_level=joint)
-    out_joint = clopper_pearson(k_out, n_out, confidence_level=joint)
-    eps = accountant_epsilon
-    return AttributeAuditResult(
-        dataset=g.dataset,
-        sensitive=g.sensitive,
-        values=g.values,
-        accuracy_members=k_in / n_in,
-        accuracy_members_interval=clopper_pearson(k_in, n_in, confidence_level=c),
-        accuracy_non_members=k_out / n_out,
-        accuracy_non_members_interval=clopper_pearson(k_out, n_out, confidence_level=c),
-        accuracy_baseline=baseline_correct / truth.size,
-        accuracy_baseline_interval=clopper_pearson(
-            baseline_correct, truth.size, confidence_level=c
-        ),
-        advantage=k_in / n_in - k_out / n_out,
-        advantage_interval=ConfidenceInterval(
-            max(-1.0, in_joint.low - out_joint.high), min(1.0, in_joint.high - out_joint.low)
-        ),
-        guesses=g.guesses,
-        truth=truth,
-        membership=coins.copy(),
-        prior=prior,
-        accountant_epsilon=eps,
-        dp_bound=None if eps is None else dp_attribute_advantage_bound(eps, delta),
-        confidence_level=c,
-        delta=delta,
-        seed=seed,
-        seconds=seconds,
     )

@@ -1,0 +1,213 @@
+"""The ``[membership]`` and ``[attribute]`` tables, and the specs their units receive.
+
+Nothing here imports torch, scipy.stats or dp-accounting: loading and validating an audit
+file stays fast.
+
+Attack names (``[membership] attacks``):
+
+- ``"loss"`` (Yeom et al. 2018), ``"shadow"`` (Shokri et al. 2017);
+- ``"lira"``: LiRA online with variance "auto" (per-example from 64 reference models,
+  global below), as in earlier releases;
+- ``"lira-online"``, ``"lira-offline"``: LiRA with per-example variances, online (IN and
+  OUT fits) or offline (OUT fit only); ``"lira-online-global"``,
+  ``"lira-offline-global"``: the same with one global variance (Carlini et al. 2022);
+  ``"lira-online-shrunk"``, ``"lira-offline-shrunk"``: per-example variances shrunk
+  toward the global one by a conjugate prior whose strength is fitted across rows;
+  ``"lira-online-shrunk-t"``, ``"lira-offline-shrunk-t"``: the same prior with the
+  Student-t posterior predictive in place of the Gaussian;
+- ``"rmia"``, ``"rmia-offline"``: RMIA (Zarifzadeh, Liu, Shokri 2024), online or offline
+  with the linear approximation's ``rmia_offline_a``; ``rmia_gamma`` is its γ and
+  ``rmia_population_samples`` the population rows z;
+- ``"auto"`` (the default's reference attack): the online LiRA variant or RMIA with the
+  highest TPR at low FPR when each reference model in turn plays the target and the
+  others its references (:mod:`dpaudit.attacks.auto`); the choice depends on the
+  reference models only, so it is no multiple comparison on the target. Needs
+  ``reference_models >= 4``.
+
+``headline`` names the attack whose one-run bound enters the verdict (and so the report's
+headline and the gate's bound checks); the other attacks' tests (metrics, curves, their
+own one-run and heuristic bounds in the test's details) still go into results.json.
+Without ``headline`` every attack's one-run bound enters the verdict.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
+
+from pydantic import Field, model_validator
+
+from dpaudit.errors import ConfigError
+from dpaudit.kinds.base import dataset_digest
+from dpaudit.sections import (
+    DataSection,
+    InputPerturbationSection,
+    ModelSection,
+    Table,
+    TargetSection,
+    TrainingSection,
+)
+
+if TYPE_CHECKING:
+    from dpaudit.kinds.base import RunContext
+
+__all__ = [
+    "DEFAULT_ATTACKS",
+    "INPUT_PERTURBATION",
+    "REFERENCE_ATTACKS",
+    "RMIA_ATTACKS",
+    "TRAINS_REFERENCES",
+    "Attack",
+    "AttributeSection",
+    "MembershipSection",
+    "OwnSpec",
+    "TargetSpec",
+    "check_variants",
+    "variants",
+]
+
+Attack = Literal[
+    "loss",
+    "shadow",
+    "lira",
+    "lira-online",
+    "lira-offline",
+    "lira-online-global",
+    "lira-offline-global",
+    "lira-online-shrunk",
+    "lira-offline-shrunk",
+    "lira-online-shrunk-t",
+    "lira-offline-shrunk-t",
+    "rmia",
+    "rmia-offline",
+    "auto",
+]
+#: Attacks that read one shared reference set (LiRA's variants and RMIA): all but two.
+REFERENCE_ATTACKS: tuple[Attack, ...] = tuple(
+    a for a in get_args(Attack) if a not in ("loss", "shadow")
+)
+#: Attacks that read RMIA's options ("auto" has RMIA among its candidates).
+RMIA_ATTACKS: tuple[Attack, ...] = ("rmia", "rmia-offline", "auto")
+#: Attacks that train shadow or reference models.
+TRAINS_REFERENCES: tuple[Attack, ...] = ("shadow", *REFERENCE_ATTACKS)
+DEFAULT_ATTACKS: tuple[Attack, ...] = ("loss", "shadow", "auto")
+#: OwnSpec fields that change only RMIA's scores (left out of the unit key without RMIA).
+_RMIA_OPTIONS = ("rmia_offline_a", "rmia_gamma", "rmia_population_samples")
+#: The ``[target] variants`` name of the input-perturbation target.
+INPUT_PERTURBATION = "input-perturbation"
+
+
+class MembershipSection(Table):
+    """``[membership]``: the attacks and their reference models."""
+
+    attacks: Annotated[list[Attack], Field(min_length=1)] = Field(
+        default_factory=lambda: list(DEFAULT_ATTACKS)
+    )
+    reference_models: Annotated[int, Field(ge=2)] = 64
+    shadow_models: Annotated[int, Field(ge=1)] = 16
+    headline: Attack | None = None
+    rmia_offline_a: Annotated[float, Field(ge=0.0, le=1.0)] = 0.3
+    rmia_gamma: Annotated[float, Field(gt=0.0)] = 1.0
+    rmia_population_samples: Annotated[int, Field(ge=1)] = 1000
+
+    @model_validator(mode="after")
+    def _headline_is_listed(self) -> MembershipSection:
+        if self.headline is not None and self.headline not in self.attacks:
+            raise ValueError(
+                f"headline = {self.headline!r} is not one of the attacks {self.attacks}"
+            )
+        if len(set(self.attacks)) != len(self.attacks):
+            raise ValueError(f"attacks lists an attack twice: {self.attacks}")
+        if "auto" in self.attacks and self.reference_models < 4:
+            raise ValueError(
+                f"the 'auto' attack needs reference_models >= 4 (each reference model in "
+                f"turn plays the target with the others as its references); got "
+                f"{self.reference_models}. Raise reference_models or list another attack."
+            )
+        return self
+
+
+class AttributeSection(Table):
+    """``[attribute]``: Yeom et al. attribute inference on ``[data] sensitive`` (no options yet)."""
+
+
+# ------------------------------------------------------------------------ unit specs
+
+
+class TargetSpec(Table):
+    """The recipe of dpaudit's own target (picklable; its JSON names the stored units).
+
+    The ``membership`` and ``attribute`` kinds train the same target from it, so each
+    kind's units can train it on their own and still attack the very same model.
+    """
+
+    data: DataSection
+    model: ModelSection
+    training: TrainingSection
+    seed: int
+    base_dir: str
+    device: str = "cpu"
+    input_perturbation: InputPerturbationSection | None = None
+
+    @classmethod
+    def for_audit(cls, context: RunContext, **fields: Any) -> Self:
+        """The spec of the audit's own target (``fields``: a subclass's own fields)."""
+        sh = context.shared
+        if sh.data is None:  # the kinds' check() refuses such a file when it loads
+            raise ConfigError("dpaudit's own target needs a [data] table")
+        return cls(
+            data=sh.data,
+            model=sh.model,
+            training=sh.training,
+            seed=context.seed,
+            base_dir=str(context.base_dir),
+            input_perturbation=sh.target.input_perturbation,
+            **fields,
+        )
+
+    def key_data(self) -> dict[str, Any]:
+        """What names the units: the recipe and the data file's bytes, not the device or
+        folder (``input_perturbation`` only when given, so earlier audits keep their unit
+        keys)."""
+        return self._key_data(set())
+
+    def _key_data(self, exclude: set[str]) -> dict[str, Any]:
+        exclude |= {"base_dir", "device"}
+        if self.input_perturbation is None:
+            exclude.add("input_perturbation")
+        return {
+            **self.model_dump(mode="json", exclude=exclude),
+            "data_file": dataset_digest(self.data.dataset, Path(self.base_dir)),
+        }
+
+
+class OwnSpec(TargetSpec):
+    """An own target's membership units: the target recipe and the attacks."""
+
+    attacks: tuple[str, ...]
+    reference_models: int
+    shadow_models: int
+    rmia_offline_a: float = 0.3
+    rmia_gamma: float = 1.0
+    rmia_population_samples: int = 1000
+
+    def key_data(self) -> dict[str, Any]:
+        """The target's key, and RMIA's options only when an RMIA attack runs."""
+        rmia = set(RMIA_ATTACKS) & set(self.attacks)
+        return self._key_data(set() if rmia else set(_RMIA_OPTIONS))
+
+
+def variants(target: TargetSection, training: TrainingSection) -> list[str]:
+    """The targets to train: ``[target] variants``, else ``dp`` when DP is configured."""
+    if target.variants is not None:
+        return list(dict.fromkeys(target.variants))
+    return ["dp"] if training.dp is not None else ["plain"]
+
+
+def check_variants(target: TargetSection, training: TrainingSection) -> None:
+    """``ValueError`` when a listed variant cannot be trained."""
+    if "dp" in variants(target, training) and training.dp is None:
+        raise ValueError("[target] variants lists 'dp' but [training.dp] is missing")
+    problem = training.target_mu_problem(full_batch=training.full_batch)
+    if problem is not None:
+        raise ValueError(f"[training] {problem}")

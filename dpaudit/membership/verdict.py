@@ -1,0 +1,395 @@
+"""The kinds' stored unit outputs → tests, comparisons and attribute rows.
+
+:func:`entries` decides, from what the units stored, which attack's bounds enter the
+verdict; the ``membership`` kind counts its comparisons with it (before any bound is
+computed) and :func:`membership_summary` spends exactly those, so what is spent is what
+was announced. Every attack's numbers come from the one summariser,
+:func:`dpaudit.membership.summary.summarise_attack`, as in the Python API.
+
+- Own targets: per (variant, attack) a test (ROC, AUC, TPR at low FPR, advantage with
+  intervals), the one-run ε lower bound (rigorous: membership was decided by fair coins,
+  Steinke, Nasr, Jagielski 2023, Thm. 3.1), held against the accountant's ε of what ran
+  (or the input-perturbation claim), and a heuristic bound that treats rows as
+  independent trials (they share one model, so it proves nothing). With ``headline``
+  only that attack's bounds are comparisons; another attack's stay in its test's details.
+- Brought targets: the same test and bounds, none held against an upper bound (dpaudit
+  does not know how the target was trained); the one-run bound is rigorous only when the
+  user states that membership was decided by independent fair coins.
+
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dpaudit.kinds.base import KindSummary, Outputs, RunContext
+from dpaudit.membership.schema import TRAINS_REFERENCES, MembershipSection
+from dpaudit.membership.stored import has_upper, stored_details, stored_upper, upper_source
+from dpaudit.membership.summary import (
+    AttackOutcome,
+    AttackScores,
+    AttributeGuesses,
+    attack_seed,
+    attribute_result,
+    summarise_attack,
+)
+from dpaudit.results import Comparison, TestSummary, score_summary, theory_curves
+
+__all__ = [
+    "CLONE_NOTE",
+    "RECIPE_NOTE",
+    "Entry",
+    "attribute_summary",
+    "entries",
+    "membership_summary",
+    "references_note",
+]
+
+#: Said wherever reference models stand in for the unknown training of a brought target.
+RECIPE_NOTE = (
+    "Shadow and LiRA reference models are trained with the recipe in [model]/[training]; "
+    "the attack's strength depends on how well that recipe matches the one that trained "
+    "the target."
+)
+#: Said when a brought scikit-learn target's reference models are clones of it.
+CLONE_NOTE = (
+    "Shadow and LiRA reference models are clones of your estimator (sklearn.base.clone: "
+    "its hyper-parameters, none of its fitted state), each fitted on its reference split "
+    "of the raw [data] features, as your target was fitted ([target] references = 'clone')."
+)
+
+
+def references_note(references: str) -> str:
+    """The report's sentence on how a brought target's reference models were trained."""
+    if references == "recipe":
+        return RECIPE_NOTE
+    if references == "clone":
+        return CLONE_NOTE
+    return (
+        f"Shadow and LiRA reference models are trained by your function {references} on "
+        "their reference splits of the raw [data] features ([target] references)."
+    )
+
+
+def _coin_note(by_coin: bool) -> str:
+    if by_coin:
+        return (
+            "Membership of the audited rows was decided by independent fair coins (stated in "
+            "[target] membership_by_coin): the one-run ε lower bound is rigorous."
+        )
+    return (
+        "Membership of the audited rows was not stated to be decided by independent fair "
+        "coins ([target] membership_by_coin = false): the one-run ε lower bound is "
+        "heuristic, not a proof."
+    )
+
+
+# --------------------------------------------------------------------------- entries
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One attack on one stored target, and where its bounds go.
+
+    Attributes:
+        unit: the unit that stored the scores.
+        position: the attack's row of the unit's scores (own targets; 0 for a brought
+            target's unit, which stores one attack).
+        attack: the attack's name.
+        shown: whether its bounds are the kind's comparisons (not when ``headline``
+            names another attack: they stay in its test's details).
+        held: whether its target is held against an upper bound (the accountant's ε of
+            its DP-SGD record, or a claim valid at the audit's δ).
+    """
+
+    unit: str
+    position: int
+    attack: str
+    shown: bool
+    held: bool
+
+    @property
+    def in_verdict(self) -> bool:
+        """Whether its one-run bound enters the verdict (and takes a share of its budget)."""
+        return self.shown and self.held
+
+
+def _info(part: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(str(part["info"]))
+    return out
+
+
+def entries(section: MembershipSection, context: RunContext, outputs: Outputs) -> list[Entry]:
+    """Every stored (target, attack), in the order the file lists them, and where its
+    bounds go: what ``comparisons`` counts and ``summarise`` spends.
+
+    Own targets are summarised in the order ``[target] variants`` lists them (units
+    ``target-<i>-<variant>``), each unit's attacks in the order ``[membership] attacks``
+    lists them; a brought target's units (one per attack) in that order too.
+    """
+    if context.shared.target.brought:
+        # dpaudit does not know how a brought target was trained: no bound is held
+        order: dict[str, int] = {name: i for i, name in enumerate(section.attacks)}
+        found = [Entry(u, 0, _info(p)["attack"], True, False) for u, p in outputs.items()]
+        return sorted(found, key=lambda e: order.get(e.attack, 0))
+    out = []
+    for unit in sorted(outputs, key=lambda u: int(u.split("-")[1])):
+        part = outputs[unit]
+        held = has_upper(part, context.delta)
+        for i, a in enumerate(_info(part)["attacks"]):
+            shown = section.headline in (None, a["attack"])
+            out.append(Entry(unit, i, a["attack"], shown, held))
+    return out
+
+
+# ------------------------------------------------------------------------ membership
+
+
+def membership_summary(
+    section: MembershipSection, context: RunContext, outputs: Outputs, *, level: float
+) -> KindSummary:
+    """The membership kind's tests and comparisons, every in-verdict bound at ``level``."""
+    found = entries(section, context, outputs)
+    if context.shared.target.brought:
+        return _brought_summary(section, context, outputs, found)
+    return _own_summary(section, context, outputs, found, level=level)
+
+
+def _attack_test(
+    outcome: AttackOutcome,
+    membership: np.ndarray,
+    context: RunContext,
+    *,
+    test_id: str,
+    label: str,
+    upper: float | None,
+    source: str,
+    in_verdict: bool,
+    details: dict[str, Any],
+    notes: list[str],
+) -> tuple[TestSummary, list[Comparison]]:
+    """One attack's test and its two comparisons: the one-run bound (held against
+    ``upper``, in the verdict when ``in_verdict``) and the heuristic bound (never)."""
+    scores = outcome.scores
+    summary = score_summary(
+        test_id,
+        label,
+        scores[~membership],
+        scores[membership],
+        confidence_level=context.confidence_level,
+        hypotheses=("non-member", "member"),
+    )
+    if upper is not None:
+        curves = theory_curves(epsilon=upper, delta=context.delta, label="accountant: ")
+        summary = summary.with_details(theory_curves=curves)
+    source = source if upper is not None else "none"
+    comparisons = [
+        Comparison(
+            test=label,
+            parameter="epsilon",
+            lower=outcome.one_run,
+            upper=upper,
+            upper_source=source,
+            in_verdict=in_verdict,
+        )
+    ]
+    if outcome.epsilon_heuristic is not None:
+        comparisons.append(
+            Comparison(
+                test=label,
+                parameter="epsilon",
+                lower=outcome.epsilon_heuristic,
+                upper=upper,
+                upper_source=source,
+                in_verdict=False,
+            )
+        )
+    attack = {
+        "name": outcome.attack,
+        "options": outcome.options,
+        "notes": notes + list(outcome.notes),
+    }
+    return summary.with_details(attack=attack, **details), comparisons
+
+
+def _own_summary(
+    section: MembershipSection,
+    context: RunContext,
+    outputs: Outputs,
+    found: list[Entry],
+    *,
+    level: float,
+) -> KindSummary:
+    """Every (variant, attack) of own targets: tests and comparisons."""
+    c, delta = context.confidence_level, context.delta
+    tests: list[TestSummary] = []
+    comparisons: list[Comparison] = []
+    data_hash = None
+    uppers = {unit: stored_upper(outputs[unit], delta) for unit in {e.unit for e in found}}
+    for e in found:
+        part = outputs[e.unit]
+        info = _info(part)
+        data_hash = info["data_hash"]
+        variant = e.unit.split("-", 2)[2]
+        a = info["attacks"][e.position]
+        upper = uppers[e.unit]
+        membership = np.asarray(part["membership"], dtype=bool)
+        scores = np.asarray(part["scores"][e.position], dtype=np.float64)
+        scored = AttackScores(a["attack"], a["options"], scores, a["seconds"])
+        outcome = summarise_attack(
+            scored,
+            membership,
+            confidence_level=c,
+            delta=delta,
+            seed=attack_seed(context.seed, e.position),
+            # an attack outside the verdict takes no share of its budget
+            one_run_level=level if e.in_verdict else c,
+        )
+        last = e.position == len(info["attacks"]) - 1
+        test, comps = _attack_test(
+            outcome,
+            membership,
+            context,
+            test_id=f"{variant}-{e.attack}",
+            label=f"{e.attack} on the {variant} target",
+            upper=None if upper is None else upper.epsilon,
+            source="none" if upper is None else upper_source(upper),
+            in_verdict=e.in_verdict,
+            details=stored_details(part, delta) if last else {},
+            notes=[],
+        )
+        if section.headline is not None:
+            attack = {**test.details["attack"], "headline": e.shown}
+            test = test.with_details(attack=attack)
+            if not e.shown:
+                bounds = [dataclasses.replace(b, in_verdict=False).to_dict() for b in comps]
+                test, comps = test.with_details(bounds=bounds), []
+        tests.append(test)
+        comparisons += comps
+    return KindSummary(tuple(tests), tuple(comparisons), data_hash=data_hash)
+
+
+def _brought_summary(
+    section: MembershipSection, context: RunContext, outputs: Outputs, found: list[Entry]
+) -> KindSummary:
+    """Every attack on a target the user brought (model file, factory or scores file)."""
+    t = context.shared.target
+    c = context.confidence_level
+    coin_note = _coin_note(t.membership_by_coin)
+    reference_note = references_note(t.references)
+    warnings = _brought_warnings(section, context, coin_note)
+    what = f"your target ({t.path or t.factory or t.scores})"
+    tests: list[TestSummary] = []
+    comparisons: list[Comparison] = []
+    for e in found:
+        part = outputs[e.unit]
+        info = _info(part)
+        for w in info.get("warnings", []):
+            if w not in warnings:
+                warnings.append(w)
+        membership = np.asarray(part["membership"], dtype=bool)
+        trains = e.attack in TRAINS_REFERENCES
+        target = {
+            **info.get("target", {"format": "scores", "source": info.get("source")}),
+            "membership_by_coin": t.membership_by_coin,
+            "audited": int(membership.size),
+            "members": int(membership.sum()),
+        }
+        if "accuracy" in info:
+            target["accuracy"] = info["accuracy"]
+        scores = np.asarray(part["scores"], dtype=np.float64)
+        scored = AttackScores(e.attack, info["options"], scores, 0.0)
+        outcome = summarise_attack(
+            scored,
+            membership,
+            confidence_level=c,
+            delta=context.delta,
+            # the audit seed, as the stored audits of brought targets were computed with
+            seed=context.seed,
+            by_coin=t.membership_by_coin,
+        )
+        test, comps = _attack_test(
+            outcome,
+            membership,
+            context,
+            test_id=f"byo-{e.attack}",
+            label=f"{e.attack} attack on {what}",
+            upper=None,
+            source="none",
+            in_verdict=False,
+            # how this attack's reference models were trained (report's test section)
+            details={"target": target}
+            | ({"references": info.get("references", "recipe")} if trains else {}),
+            notes=[coin_note] + ([reference_note] if trains else []),
+        )
+        tests.append(test)
+        comparisons += comps
+    return KindSummary(tuple(tests), tuple(comparisons), (), tuple(warnings))
+
+
+def _brought_warnings(section: MembershipSection, context: RunContext, coin_note: str) -> list[str]:
+    """What the report must say of a brought target before its tests."""
+    t = context.shared.target
+    warnings = [] if t.membership_by_coin else [coin_note]
+    attacks = list(section.attacks)
+    if t.scores is None and set(TRAINS_REFERENCES) & set(attacks) and t.references == "recipe":
+        warnings.append(RECIPE_NOTE)  # a caveat only when the recipe stands in for yours
+    if t.scores is not None:
+        skipped = [a for a in attacks if a != "loss"]
+        if skipped:
+            warnings.append(
+                f"A scores file supports only the loss attack; skipped: {', '.join(skipped)} "
+                "(they query the model: give [target] path or factory)."
+            )
+    return warnings
+
+
+# ------------------------------------------------------------------------- attribute
+
+
+def attribute_summary(context: RunContext, outputs: Outputs) -> KindSummary:
+    """The attribute kind's rows: accuracies, advantage and the DP bound per variant
+    (accuracies and advantages are gated by policy, never held against a bound)."""
+    rows = []
+    data_hash = None
+    per_row = ("guesses", "truth", "membership", "prior")  # per-example arrays stay stored
+    for unit in sorted(outputs, key=lambda u: int(u.split("-")[1])):
+        part = outputs[unit]
+        info = _info(part)
+        data_hash = str(part["data_hash"])
+        upper = stored_upper(part, context.delta)
+        # the DP-implied advantage bound is computed at the audit's δ: only an upper
+        # bound whose δ is no larger holds there
+        eps = None
+        if upper is not None and upper.epsilon_delta <= context.delta:
+            eps = upper.epsilon
+        guesses = AttributeGuesses(
+            dataset=info["dataset"],
+            sensitive=info["sensitive"],
+            values=tuple(info["values"]),
+            guesses=np.asarray(part["guesses"]),
+            truth=np.asarray(part["truth"]),
+            membership=np.asarray(part["membership"], dtype=bool),
+            prior=np.asarray(part["prior"]),
+        )
+        result = attribute_result(
+            guesses,
+            confidence_level=context.confidence_level,
+            delta=context.delta,
+            accountant_epsilon=eps,
+            seed=context.seed,
+        )
+        row = {k: v for k, v in result.to_dict().items() if k not in per_row}
+        variant = unit.split("-", 2)[2]
+        if "perturbation" in part:  # the randomisers as they ran
+            row.update(stored_details(part, context.delta))
+        row["label"] = f"attribute inference on the {variant} target ({info['sensitive']})"
+        rows.append(row)
+    return KindSummary(attribute=tuple(rows), data_hash=data_hash)
