@@ -40,6 +40,11 @@ from typing import Any, cast
 
 import numpy as np
 
+try:  # POSIX; the run directory's lock is a no-op without it (Windows)
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
 #: Serialises the os.umask fallback of current_umask within this process.
 _UMASK_LOCK = threading.Lock()
 
@@ -290,9 +295,7 @@ class RunLock:
         self._fd: int | None = None
 
     def __enter__(self) -> RunLock:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows
+        if fcntl is None:  # pragma: no cover - Windows
             return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666 & ~current_umask())
