@@ -11,11 +11,9 @@ Nothing here imports torch: validating a file is fast.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import re
-import stat
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
-from dpaudit.errors import ConfigError
+from dpaudit.errors import ConfigError, not_a_regular_file
 from dpaudit.kinds import get_kind, kind_names
 from dpaudit.kinds.base import RunContext, SharedTables
 from dpaudit.sections import (
@@ -354,27 +352,17 @@ def load_config(path: str | Path) -> AuditConfig:
 
 def _check_regular_file(p: Path) -> None:
     """One line for every way a path can fail to be an audit file, before reading it."""
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        if p.is_symlink():
-            raise ConfigError(f"{str(p)!r} is a symbolic link to nothing") from None
-        raise ConfigError(f"audit file not found: {str(p)!r}") from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ConfigError(f"{str(p)!r} is a symbolic link loop, not a file") from None
-        raise ConfigError(f"{p}: cannot read the audit file: {exc.strerror}") from None
-    if stat.S_ISDIR(st.st_mode):
+    problem = not_a_regular_file(p)
+    if problem == "does not exist":
+        raise ConfigError(f"audit file not found: {str(p)!r}")
+    if problem == "is a folder":
         raise ConfigError(f"{str(p)!r} is a folder; give the audit file (a .toml file) inside it")
-    if stat.S_ISFIFO(st.st_mode):
-        raise ConfigError(f"{str(p)!r} is a named pipe (FIFO), not an audit file")
-    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
-        raise ConfigError(f"{str(p)!r} is a device, not an audit file")
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"{str(p)!r} is not a regular file")
-    if st.st_size > MAX_AUDIT_FILE_BYTES:
+    if problem is not None:
+        raise ConfigError(f"{str(p)!r} {problem.replace('not a file', 'not an audit file')}")
+    size = p.stat().st_size
+    if size > MAX_AUDIT_FILE_BYTES:
         raise ConfigError(
-            f"{str(p)!r} is {st.st_size} bytes; an audit file is at most "
+            f"{str(p)!r} is {size} bytes; an audit file is at most "
             f"{MAX_AUDIT_FILE_BYTES} bytes (data belongs in a data file it names)"
         )
 

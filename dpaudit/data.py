@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -38,7 +39,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from dpaudit.errors import DataError, DpauditError, check_choice, check_integer
+from dpaudit.errors import DataError, DpauditError, check_choice, check_integer, not_a_regular_file
 
 __all__ = [
     "BUILTIN_DATASETS",
@@ -471,13 +472,78 @@ def _read_frame(
     return frame.reset_index(drop=True), builtin.label, builtin.categorical, name
 
 
+#: The most columns a CSV or Parquet table may have (checked before it is parsed).
+MAX_COLUMNS = 10_000
+#: The longest CSV header read to count columns.
+_MAX_HEADER_BYTES = 1 << 20
+#: The most a model archive (zip: skops, torch) may unpack to, and the largest ratio of
+#: unpacked to packed size above 16 MiB (a "zip bomb" inflates kilobytes to gigabytes).
+MAX_ARCHIVE_BYTES = 2 << 30
+MAX_ARCHIVE_RATIO = 100.0
+
+
 def check_file(path: Path, what: str) -> Path:
-    """``path`` if it is a file, else a :class:`DataError` naming ``what`` it should be."""
-    if path.is_dir():
+    """``path`` if it is a regular file, else a :class:`DataError` naming ``what`` it
+    should be and what it is (missing, a folder, a named pipe, a device, a link loop)."""
+    problem = not_a_regular_file(path)
+    if problem == "is a folder":
         raise DataError(f"The {what} {str(path)!r} is a folder; name the file itself.")
-    if not path.is_file():
-        raise DataError(f"The {what} {str(path)!r} does not exist.")
+    if problem is not None:
+        raise DataError(f"The {what} {str(path)!r} {problem}.")
     return path
+
+
+def check_archive(path: Path, what: str) -> None:
+    """Refuse a zip archive that would unpack past :data:`MAX_ARCHIVE_BYTES`, or inflate
+    more than :data:`MAX_ARCHIVE_RATIO`-fold beyond 16 MiB, from its directory alone
+    (nothing is unpacked). Not a zip: nothing to check here (its loader says more)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            unpacked = sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return
+    packed = max(path.stat().st_size, 1)
+    if unpacked > MAX_ARCHIVE_BYTES or (
+        unpacked > 16 << 20 and unpacked / packed > MAX_ARCHIVE_RATIO
+    ):
+        raise DataError(
+            f"The {what} {str(path)!r} would unpack to {unpacked} bytes from {packed} "
+            f"(at most {MAX_ARCHIVE_BYTES} bytes, and at most {MAX_ARCHIVE_RATIO:g} times "
+            "its size beyond 16 MiB); it was not unpacked."
+        )
+
+
+def _check_csv_header(path: Path, what: str) -> None:
+    """Count a CSV's columns from its first line before pandas parses it."""
+    with path.open("rb") as f:
+        head = f.read(_MAX_HEADER_BYTES + 1)
+    line = head.split(b"\n", 1)[0]
+    if len(line) > _MAX_HEADER_BYTES:
+        raise DataError(
+            f"The {what} {str(path)!r} has a header line longer than {_MAX_HEADER_BYTES} "
+            f"bytes; a table has at most {MAX_COLUMNS} columns."
+        )
+    columns = line.count(b",") + 1
+    if columns > MAX_COLUMNS:
+        raise DataError(
+            f"The {what} {str(path)!r} has {columns} columns; at most {MAX_COLUMNS} are read."
+        )
+
+
+def _check_finite(frame: pd.DataFrame, shown: str, what: str) -> None:
+    """Name the file, column and row of the first infinite number (NaN is a missing value
+    and is handled where columns are used)."""
+    for col in frame.columns:
+        series = frame[col]
+        if not pd.api.types.is_float_dtype(series):
+            continue
+        bad = np.isinf(series.to_numpy(dtype=float))
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise DataError(
+                f"The {what} {shown} has an infinite value in column {str(col)!r} (row "
+                f"{row + 1} of the data, {float(series.iloc[row])!r}); values must be finite."
+            )
 
 
 def library_reason(exc: BaseException) -> str:
@@ -515,6 +581,7 @@ def read_table(
     path = check_file(Path(path), what)
     shown = repr(str(path))
     if fmt == "csv":
+        _check_csv_header(path, what)
         try:
             frame = pd.read_csv(path)
         except UnicodeDecodeError as exc:
@@ -549,6 +616,9 @@ def read_table(
             ) from None
     if len(frame) == 0:
         raise DataError(f"The {what} {shown} has a header but no rows; it needs data rows.")
+    if frame.shape[1] > MAX_COLUMNS:
+        raise DataError(f"The {what} {shown} has {frame.shape[1]} columns; at most {MAX_COLUMNS}.")
+    _check_finite(frame, shown, what)
     return frame
 
 

@@ -7,9 +7,12 @@ turns any of them into one line and exit code 2.
 
 from __future__ import annotations
 
+import errno
 import math
 import numbers
+import stat
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, TypeVar
 
 _Choice = TypeVar("_Choice", bound=str)
@@ -112,3 +115,28 @@ def _fmt(x: float) -> str:
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
     return f"{x:g}"
+
+
+def not_a_regular_file(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a file, in words (``None`` if it can).
+
+    Named as what it is: missing, a dangling link, a symbolic-link loop, a folder, a named
+    pipe (reading one blocks), a device (``/dev/zero`` never ends), or something else.
+    """
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return "is a symbolic link to nothing" if path.is_symlink() else "does not exist"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symbolic link loop, not a file"
+        return f"cannot be read ({exc.strerror})"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a folder"
+    if stat.S_ISFIFO(st.st_mode):
+        return "is a named pipe (FIFO), not a file"
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        return "is a device, not a file"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    return None

@@ -421,7 +421,7 @@ def test_a_byte_order_mark_is_accepted(tmp_path: Path) -> None:
     [
         (lambda p: os.mkfifo(p), "is a named pipe (FIFO), not an audit file"),
         (lambda p: p.symlink_to("/dev/zero"), "is a device, not an audit file"),
-        (lambda p: p.symlink_to(p), "is a symbolic link loop, not a file"),
+        (lambda p: p.symlink_to(p), "is a symbolic link loop, not an audit file"),
         (lambda p: p.symlink_to(p.with_name("gone.toml")), "is a symbolic link to nothing"),
         (lambda p: p.write_text("#" * (2 << 20)), "an audit file is at most 1048576 bytes"),
     ],
@@ -538,3 +538,64 @@ def test_units_under_a_timeout_give_the_same_result(tmp_path: Path) -> None:
     timed = _laplace(tmp_path, name="b", extra="unit_timeout = 600")
     limited = run_audit(timed, output_dir=tmp_path / "b", write=False)
     assert _bounds(limited.to_dict()) == _bounds(plain.to_dict())
+
+
+# ------------------------------------------------------- readers refuse before they inflate
+
+
+def test_an_infinite_value_in_a_csv_names_the_file_and_column(tmp_path: Path) -> None:
+    rows = "\n".join(f"{i % 5},{i % 3},{i % 2}" for i in range(40))
+    data = tmp_path / "d.csv"
+    data.write_text(f"a,b,y\n1,2,0\n3,-inf,1\n{rows}\n")
+    audit = tmp_path / "m.toml"
+    audit.write_text(
+        '[audit]\nname = "m"\nkinds = ["membership"]\n[data]\ndataset = "csv:d.csv"\n'
+        'label = "y"\n[membership]\n'
+    )
+    result = runner.invoke(app, ["run", str(audit), "-q", "-o", str(tmp_path / "r")])
+    assert result.exit_code == 2, result.output
+    assert _lines(result.output) == [
+        f"error: The data file {str(data)!r} has an infinite value in column 'b' (row 2 of "
+        "the data, -inf); values must be finite."
+    ]
+
+
+def test_a_csv_with_too_many_columns_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    from dpaudit.data import MAX_COLUMNS, read_table
+    from dpaudit.errors import DataError
+
+    wide = tmp_path / "wide.csv"
+    wide.write_text(
+        ",".join(f"c{i}" for i in range(MAX_COLUMNS + 1)) + "\n" + "0," * MAX_COLUMNS + "0\n"
+    )
+    with pytest.raises(DataError, match=rf"has {MAX_COLUMNS + 1} columns; at most {MAX_COLUMNS}"):
+        read_table(wide, fmt="csv")
+    endless = tmp_path / "endless.csv"
+    endless.write_bytes(b"a" * (2 << 20))
+    with pytest.raises(DataError, match="has a header line longer than 1048576 bytes"):
+        read_table(endless, fmt="csv")
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError, match=r"pipe.csv' is a named pipe \(FIFO\), not a file\.$"):
+        read_table(fifo, fmt="csv")
+
+
+def test_a_zip_bomb_model_is_refused_from_its_directory_alone(tmp_path: Path) -> None:
+    import zipfile
+
+    from dpaudit.data import check_archive
+    from dpaudit.errors import DataError
+
+    bomb = tmp_path / "model.skops"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("schema.json", "{}")
+        with z.open("zeros.bin", "w") as f:
+            for _ in range(64):
+                f.write(bytes(1 << 20))  # 64 MiB of zeros, about 64 KiB packed
+    assert bomb.stat().st_size < 1 << 20
+    with pytest.raises(DataError, match=r"model.skops' would unpack to 67108\d+ bytes from"):
+        check_archive(bomb, "skops model file")
+    honest = tmp_path / "ok.skops"
+    with zipfile.ZipFile(honest, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("weights.bin", np.random.default_rng(0).random(1 << 16).tobytes())
+    check_archive(honest, "skops model file")  # random bytes barely compress: accepted

@@ -57,7 +57,14 @@ import pandas as pd
 import torch
 
 from dpaudit.attacks.base import true_class_loss
-from dpaudit.data import Dataset, check_file, library_reason, load_dataset, read_table
+from dpaudit.data import (
+    Dataset,
+    check_archive,
+    check_file,
+    library_reason,
+    load_dataset,
+    read_table,
+)
 from dpaudit.errors import ConfigError, DataError, DpauditError
 from dpaudit.models import ModelSpec, ModelStack
 from dpaudit.plugins import load_plugin
@@ -306,6 +313,7 @@ def _load_safetensors(
 
 def _load_skops(path: Path, trusted: list[str], description: dict) -> Any:
     sio = _optional("skops.io", "byo")
+    check_archive(path, "skops model file")
     try:
         found = sio.get_untrusted_types(file=str(path))
     # A skops file is a zip archive holding schema.json: a truncated or foreign file is
@@ -397,6 +405,7 @@ def load_target(
             obj = _load_safetensors(path, config, num_features, num_classes, description)
             predict, output = _from_object(obj, output=output, description=description)
         elif fmt == "torch-export":
+            check_archive(path, "torch.export model file")
             try:
                 with _quiet("torch.export"):
                     program = torch.export.load(str(path))
@@ -408,6 +417,7 @@ def load_target(
             predict = _torch_predict(program.module())
             description["type"] = "torch.export.ExportedProgram"
         elif fmt == "torchscript":
+            check_archive(path, "TorchScript model file")
             try:
                 module = torch.jit.load(str(path), map_location="cpu")
             # torch's archive reader raises RuntimeError ("PytorchStreamReader failed ...")
