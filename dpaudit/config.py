@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, PrivateAttr, ValidationError
+from pydantic import Field, PrivateAttr, ValidationError
 
 from dpaudit.errors import ConfigError, not_a_regular_file
 from dpaudit.kinds import get_kind, kind_names
@@ -35,6 +35,7 @@ from dpaudit.sections import (
     Table,
     TargetSection,
     TrainingSection,
+    format_validation_error,
     target_format_from_suffix,
 )
 
@@ -217,65 +218,6 @@ def _strings(obj: Any, where: str = "") -> Iterator[tuple[str, str]]:
             yield from _strings(v, f"{where}.{i}")
 
 
-def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
-    """Walk ``loc`` through nested models and list the keys allowed at its parent."""
-    current: Any = model
-    for part in loc[:-1]:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return None
-        field = current.model_fields.get(str(part))
-        if field is None:
-            return None
-        current = _model_in(field.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
-    return None
-
-
-def _model_in(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def format_validation_error(
-    exc: ValidationError,
-    *,
-    source: str = "audit file",
-    model: type[BaseModel] = AuditConfig,
-    prefix: tuple[str, ...] = (),
-) -> str:
-    """One line for the first problem: where, what was given, what is allowed.
-
-    Args:
-        exc: pydantic's error.
-        source: the file, for the message.
-        model: the schema that was validated (a kind's table, or the whole file).
-        prefix: where that schema sits in the file (``("dpsgd",)`` for ``[dpsgd]``).
-    """
-    err = exc.errors(include_url=False)[0]
-    loc = tuple(err["loc"])
-    path = ".".join(str(p) for p in prefix + loc) or "(top level)"
-    given = err.get("input")
-    if err["type"] == "extra_forbidden":
-        if model is AuditConfig and len(loc) == 1:
-            return f"{source}: unknown key '{path}'; allowed keys: {_top_keys()}"
-        allowed = _allowed_keys(model, loc)
-        hint = f"; allowed keys: {', '.join(allowed)}" if allowed else ""
-        return f"{source}: unknown key '{path}'{hint}"
-    if err["type"] == "missing":
-        return f"{source}: missing required key '{path}'"
-    msg = err["msg"].removeprefix("Value error, ")
-    if err["type"].startswith("value_error") and not loc:
-        return f"{source}: {msg}"
-    shown = "" if isinstance(given, dict) else f" (got {given!r})"
-    return f"{source}: '{path}': {msg}{shown}"
-
-
 def parse_config(data: dict[str, Any], *, source: str = "audit file") -> AuditConfig:
     """Validate a dict (as parsed from TOML) into an :class:`AuditConfig`.
 
@@ -289,7 +231,9 @@ def parse_config(data: dict[str, Any], *, source: str = "audit file") -> AuditCo
     try:
         config = AuditConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, source=source)) from None
+        raise ConfigError(
+            format_validation_error(exc, source=source, model=AuditConfig, top_keys=_top_keys())
+        ) from None
     sections = {}
     for name, table in tables.items():
         schema = get_kind(name).section

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 Probability = Annotated[float, Field(gt=0.0, lt=1.0)]
 Delta = Annotated[float, Field(ge=0.0, lt=1.0)]
@@ -417,3 +417,70 @@ class ExecutionSection(Table):
 class ReportSection(Table):
     html: bool = True
     output_dir: str | None = None
+
+
+# ------------------------------------------------------------- validation messages
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
+    """Walk ``loc`` through nested models and list the keys allowed at its parent."""
+    current: Any = model
+    for part in loc[:-1]:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = current.model_fields.get(str(part))
+        if field is None:
+            return None
+        current = _model_in(field.annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return None
+
+
+def _model_in(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def format_validation_error(
+    exc: ValidationError,
+    *,
+    source: str = "audit file",
+    model: type[BaseModel],
+    prefix: tuple[str, ...] = (),
+    top_keys: str | None = None,
+) -> str:
+    """One line for the first problem: where, what was given, what is allowed.
+
+    The one formatter of validation errors, for the audit file and for a table given to
+    a Python entry point alike.
+
+    Args:
+        exc: pydantic's error.
+        source: the file (or function), for the message.
+        model: the schema that was validated (a kind's table, or the whole file).
+        prefix: where that schema sits in the file (``("dpsgd",)`` for ``[dpsgd]``).
+        top_keys: the keys allowed at the file's top level, when ``model`` is the file.
+    """
+    err = exc.errors(include_url=False)[0]
+    loc = tuple(err["loc"])
+    path = ".".join(str(p) for p in prefix + loc) or "(top level)"
+    given = err.get("input")
+    if err["type"] == "extra_forbidden":
+        if top_keys is not None and len(loc) == 1:
+            return f"{source}: unknown key '{path}'; allowed keys: {top_keys}"
+        allowed = _allowed_keys(model, loc)
+        hint = f"; allowed keys: {', '.join(allowed)}" if allowed else ""
+        return f"{source}: unknown key '{path}'{hint}"
+    if err["type"] == "missing":
+        return f"{source}: missing required key '{path}'"
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"].startswith("value_error") and not loc:
+        return f"{source}: {msg}"
+    shown = "" if isinstance(given, dict) else f" (got {given!r})"
+    return f"{source}: '{path}': {msg}{shown}"

@@ -169,7 +169,11 @@ def test_score_option_defaults_to_the_likelihood_ratio_and_lists_its_values():
 
 def test_a_bad_score_is_a_config_error_naming_the_values(tmp_path):
     with pytest.raises(
-        ConfigError, match=re.escape("[dpsgd] score: Input should be 'likelihood-ratio' or 'sum'")
+        ConfigError,
+        match=re.escape(
+            "run_dpsgd_from_section: 'dpsgd.score': Input should be 'likelihood-ratio' or "
+            "'sum' (got 'lr')"
+        ),
     ):
         run_dpsgd_from_section({**_section().model_dump(), "score": "lr"}, seed=0, run_dir=tmp_path)
 

@@ -13,6 +13,7 @@ from dpaudit.dpsgd.schema import DpsgdSection
 from dpaudit.errors import ConfigError
 from dpaudit.executors import run_units
 from dpaudit.kinds.base import RunContext, VerdictBudget, check_spending
+from dpaudit.sections import format_validation_error
 from dpaudit.store import RunStore
 
 if TYPE_CHECKING:
@@ -66,10 +67,10 @@ def run_dpsgd_from_section(
         try:
             section = DpsgdSection.model_validate(section)
         except ValidationError as exc:
-            err = exc.errors(include_url=False)[0]
-            where = ".".join(str(p) for p in err["loc"]) or "dpsgd"
             raise ConfigError(
-                f"[dpsgd] {where}: {err['msg'].removeprefix('Value error, ')}"
+                format_validation_error(
+                    exc, source="run_dpsgd_from_section", model=DpsgdSection, prefix=("dpsgd",)
+                )
             ) from None
     context = RunContext(
         seed=int(seed),
