@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -599,3 +600,34 @@ def test_a_zip_bomb_model_is_refused_from_its_directory_alone(tmp_path: Path) ->
     with zipfile.ZipFile(honest, "w", compression=zipfile.ZIP_DEFLATED) as z:
         z.writestr("weights.bin", np.random.default_rng(0).random(1 << 16).tobytes())
     check_archive(honest, "skops model file")  # random bytes barely compress: accepted
+
+
+def test_two_concurrent_runs_on_one_folder_one_waits_then_exits_2(tmp_path: Path) -> None:
+    audit = _plugin(tmp_path, "import time; time.sleep(0.5)")
+    audit.write_text(audit.read_text().replace("trials = 2000", "trials = 40000"))
+    audit.write_text(audit.read_text() + "\n[execution]\nunit_size = 2000\n")
+    run_dir = tmp_path / "run"
+    first = subprocess.Popen(
+        [DPAUDIT, "run", str(audit), "-q", "-o", str(run_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(run_dir.glob("units/*/*.npz")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = subprocess.run(
+            [DPAUDIT, "run", str(audit), "-q", "-o", str(run_dir)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert second.returncode == 2, second.stderr
+        (line,) = _lines(second.stderr)
+        assert "is in use by another dpaudit run (pid " in line
+        assert f"run {audit} -q -o {run_dir}" in line  # the holder's command
+    finally:
+        _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    assert verify_run(run_dir) == []
