@@ -55,7 +55,7 @@ from dpaudit.stats import (
 )
 from dpaudit.theory import check_candidates, gdp_epsilon
 from dpaudit.threshold_search import Bound, LimitsCache, best_threshold
-from dpaudit.tradeoff import TradeoffCurve, as_scores
+from dpaudit.tradeoff import GridCounts, TradeoffCurve, as_scores
 
 ThresholdStrategy = Literal["split", "bonferroni"]
 THRESHOLD_STRATEGIES: tuple[str, ...] = ("split", "bonferroni")
@@ -396,6 +396,20 @@ def _select_threshold(
     # simultaneous bound penalises thin tails, so its maximiser is a threshold whose
     # bound on fresh trials is close to what it promised. Any rule is valid here: the
     # selection part is never counted.
+    return float(
+        sel.thresholds[_select_index(sel, parameter=parameter, delta=delta, c=c, cache=cache)]
+    )
+
+
+def _select_index(
+    sel: TradeoffCurve,
+    *,
+    parameter: str,
+    delta: float,
+    c: float,
+    cache: LimitsCache | None = None,
+) -> int:
+    """The row of ``sel`` that :func:`_select_threshold` chooses (the same rule)."""
     best = best_threshold(
         sel,
         level_fpr=_rate_level(c, tests=sel.negatives + 1),
@@ -403,7 +417,7 @@ def _select_threshold(
         bound=_rate_bound(parameter, delta),
         cache=cache,
     )
-    return float(sel.thresholds[best.index])
+    return best.index
 
 
 def _split_bounds(
@@ -649,6 +663,177 @@ def _mu_bound(r: dict[str, Any], confidence_level: float, threshold: str, validi
         validity=validity,
         **r,
     )
+
+
+# --------------------------------------------------- counts on a grid fixed in advance
+
+
+def epsilon_and_mu_from_grid_split(
+    selection: GridCounts,
+    evaluation: GridCounts,
+    *,
+    delta: float,
+    confidence_level: float = 0.95,
+    validity: Validity = "rigorous-multi-run",
+    details: dict[str, Any] | None = None,
+) -> tuple[EpsilonBound, MuBound]:
+    """ε and μ lower bounds (``threshold="split"``) from counts at a grid of thresholds,
+    for trials too many to hold in memory (streamed one work unit at a time).
+
+    The trials are cut into a selection part and an evaluation part BEFORE any is seen
+    (e.g. whole work units, the first ones; trials are i.i.d., so any cut fixed in advance
+    is a fair one), the grid is drawn from the selection part alone
+    (:class:`~dpaudit.threshold_search.ScoreSketch`), and both parts are counted on it. A
+    threshold is chosen on ``selection`` by the rule of the in-memory ``split``
+    (:func:`_select_threshold`, restricted to the grid); FP and FN of the evaluation part
+    at that threshold are then ``evaluation``'s counts at the same grid row: exactly what
+    counting the evaluation trials at the chosen threshold gives. Each target's threshold
+    is chosen separately, as in :func:`epsilon_and_mu_lower_bounds`.
+
+    Args:
+        selection: The selection part's counts (they choose the threshold only).
+        evaluation: The evaluation part's counts on the same grid (they enter the bound).
+        delta: δ of the ε bound, in [0, 1).
+        confidence_level: Joint coverage c of each bound.
+        validity: The label the caller vouches for.
+        details: More details for both bounds (how the parts and the grid were drawn).
+
+    Returns:
+        ``(EpsilonBound, MuBound)``; each a separate comparison, as in
+        :func:`epsilon_and_mu_lower_bounds`.
+
+    Raises:
+        DpauditError: bad arguments, counts on different grids.
+        InsufficientTrialsError: too few evaluation trials for any bound above 0.
+    """
+    d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)
+    c = check_confidence_level(confidence_level)
+    check_choice("validity", validity, VALIDITIES)
+    targets: tuple[Target, ...] = (("epsilon", d), ("mu", 0.0))
+    _same_grid(selection, evaluation)
+    for parameter, dt in targets:
+        _require_trials(min(evaluation.negatives, evaluation.positives), parameter, dt, c, 1)
+    sel, ev = selection.curve(), evaluation.curve()
+    cache: LimitsCache = {}
+    fields = []
+    for parameter, dt in targets:
+        # Chosen on the selection counts alone: any rule is valid there, since the
+        # selection part is never counted in the bound.
+        i = _select_index(sel, parameter=parameter, delta=dt, c=c, cache=cache)
+        # Count on the evaluation part only: neither the grid nor the row depends on its
+        # trials, so the fixed-threshold Clopper–Pearson limits keep their level, each
+        # rate at 1 − (1 − c)/2 (union bound over the two rates).
+        fp, fn = int(ev.fp[i]), int(ev.fn[i])
+        level = _rate_level(c)
+        fpr = clopper_pearson(fp, ev.negatives, confidence_level=level, alternative="less")
+        fnr = clopper_pearson(fn, ev.positives, confidence_level=level, alternative="less")
+        value = float(_rate_bound(parameter, dt)(np.array(fpr.high), np.array(fnr.high)))
+        fields.append(
+            {
+                "value": value,
+                "fpr": fpr,
+                "fnr": fnr,
+                "threshold_value": float(sel.thresholds[i]),
+                "counts": {
+                    "fp": fp,
+                    "negatives": ev.negatives,
+                    "fn": fn,
+                    "positives": ev.positives,
+                },
+                "details": {
+                    "selection_negatives": sel.negatives,
+                    "selection_positives": sel.positives,
+                    "candidate_thresholds": int(selection.grid.size),
+                    **(details or {}),
+                },
+            }
+        )
+    return (
+        _epsilon_bound(fields[0], d, c, "split", validity),
+        _mu_bound(fields[1], c, "split", validity),
+    )
+
+
+def epsilon_and_mu_from_grid_bonferroni(
+    counts: GridCounts,
+    *,
+    delta: float,
+    confidence_level: float = 0.95,
+    validity: Validity = "rigorous-multi-run",
+    details: dict[str, Any] | None = None,
+) -> tuple[EpsilonBound, MuBound]:
+    """ε and μ lower bounds (``threshold="bonferroni"``) from counts at a grid of
+    thresholds fixed before the counted trials were seen (drawn from other trials, or
+    from the mechanism's parameters): the best grid threshold under limits that hold for
+    every grid threshold at once.
+
+    Args:
+        counts: The counted trials' counts on the grid.
+        delta: δ of the ε bound, in [0, 1).
+        confidence_level: Joint coverage c of each bound.
+        validity: The label the caller vouches for.
+        details: More details for both bounds (how the grid was drawn).
+
+    Returns:
+        ``(EpsilonBound, MuBound)``.
+
+    Raises:
+        DpauditError: bad arguments.
+        InsufficientTrialsError: too few trials for any bound above 0 at these levels.
+    """
+    d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)
+    c = check_confidence_level(confidence_level)
+    check_choice("validity", validity, VALIDITIES)
+    targets: tuple[Target, ...] = (("epsilon", d), ("mu", 0.0))
+    # Union bound over the G grid thresholds, each fixed before these trials were counted,
+    # so each rate's limit at 1 − (1 − c)/(2G) fails with at most that probability at
+    # each threshold, and all 2G limits hold together with probability ≥ c (no
+    # order-statistics argument is needed, unlike the in-memory bonferroni's n + 1 cuts).
+    # The curve's two end rows (+inf, −inf) need no share: their FN (resp. FP) is the
+    # whole sample, its limit is exactly 1, and their bound is 0 whatever happens.
+    tests = int(counts.grid.size)
+    for parameter, dt in targets:
+        _require_trials(min(counts.negatives, counts.positives), parameter, dt, c, tests)
+    curve = counts.curve()
+    level = _rate_level(c, tests=tests)
+    cache: LimitsCache = {}
+    fields = []
+    for parameter, dt in targets:
+        best = best_threshold(
+            curve, level_fpr=level, level_fnr=level, bound=_rate_bound(parameter, dt), cache=cache
+        )
+        i = best.index
+        fields.append(
+            {
+                "value": best.value,
+                "fpr": ConfidenceInterval(0.0, best.fpr_high),
+                "fnr": ConfidenceInterval(0.0, best.fnr_high),
+                "threshold_value": float(curve.thresholds[i]),
+                "counts": {
+                    "fp": int(curve.fp[i]),
+                    "negatives": counts.negatives,
+                    "fn": int(curve.fn[i]),
+                    "positives": counts.positives,
+                },
+                "details": {
+                    "candidate_thresholds": tests,
+                    "fpr_level": level,
+                    "fnr_level": level,
+                    **(details or {}),
+                },
+            }
+        )
+    return (
+        _epsilon_bound(fields[0], d, c, "bonferroni", validity),
+        _mu_bound(fields[1], c, "bonferroni", validity),
+    )
+
+
+def _same_grid(a: GridCounts, b: GridCounts) -> None:
+    if a.grid is not b.grid and not np.array_equal(a.grid, b.grid):
+        raise DpauditError(
+            "The selection and evaluation counts must be taken on the same grid of thresholds."
+        )
 
 
 # ---------------------------------------------------------------------------- one run

@@ -19,7 +19,7 @@ from dpaudit.errors import DpauditError
 from dpaudit.planning import limit_for_bound
 from dpaudit.stats import clopper_pearson
 from dpaudit.theory import gdp_epsilon, tradeoff_dp, tradeoff_gdp
-from dpaudit.tradeoff import TradeoffCurve, membership_metrics
+from dpaudit.tradeoff import GridCounts, TradeoffCurve, binned_metrics, membership_metrics
 
 SCHEMA_VERSION = "1.1"
 
@@ -257,6 +257,68 @@ def score_summary(
     the confidence region the report draws around the empirical trade-off curve.
     """
     curve = TradeoffCurve.from_scores(negative_scores, positive_scores)
+    points = _curve_points(curve, confidence_level, max_points)
+    edges = histogram_edges(negative_scores, positive_scores, bins=bins)
+    metrics = membership_metrics(
+        negative_scores, positive_scores, confidence_level=confidence_level, curve=curve
+    )
+    return TestSummary(
+        id=test_id,
+        label=label,
+        hypotheses=hypotheses,
+        negatives=curve.negatives,
+        positives=curve.positives,
+        metrics=metrics.to_dict(),
+        curve=points,
+        histogram={
+            "edges": edges.tolist(),
+            "negatives": histogram_counts(negative_scores, edges).tolist(),
+            "positives": histogram_counts(positive_scores, edges).tolist(),
+        },
+    )
+
+
+def score_summary_from_counts(
+    test_id: str,
+    label: str,
+    counts: GridCounts,
+    histogram: Mapping[str, Any],
+    *,
+    confidence_level: float,
+    max_points: int = 300,
+    hypotheses: tuple[str, str] = ("H0", "H1"),
+) -> TestSummary:
+    """:func:`score_summary` of scores known only through their counts at a grid of
+    thresholds (:class:`~dpaudit.tradeoff.GridCounts`), for tests whose scores are too
+    many to hold: memory O(grid), whatever the number of scores.
+
+    The curve, its intervals and the metrics are those of the scores rounded down to the
+    grid (:func:`~dpaudit.tradeoff.binned_metrics`; the metrics' ``auc_method`` says
+    so); ``histogram`` (``edges``, ``negatives``, ``positives``) is counted by the caller,
+    e.g. with :func:`histogram_counts` on edges from :func:`histogram_edges_from_quantiles`.
+    """
+    curve = counts.curve()
+    metrics = binned_metrics(curve, confidence_level=confidence_level)
+    return TestSummary(
+        id=test_id,
+        label=label,
+        hypotheses=hypotheses,
+        negatives=curve.negatives,
+        positives=curve.positives,
+        metrics=metrics.to_dict(),
+        curve=_curve_points(curve, confidence_level, max_points),
+        histogram={
+            "edges": [float(e) for e in histogram["edges"]],
+            "negatives": [int(k) for k in histogram["negatives"]],
+            "positives": [int(k) for k in histogram["positives"]],
+        },
+    )
+
+
+def _curve_points(
+    curve: TradeoffCurve, confidence_level: float, max_points: int
+) -> dict[str, list[float]]:
+    """The curve thinned to at most ``max_points`` rows, with pointwise intervals."""
     # Half the points evenly over thresholds, half at log-spaced FPRs, so that the
     # low-FPR region a log-log ROC shows is not left with a handful of points.
     even = np.linspace(0, curve.thresholds.size - 1, max_points // 2).round().astype(int)
@@ -271,33 +333,21 @@ def score_summary(
     fnr_ci = [
         clopper_pearson(int(fn[i]), curve.positives, confidence_level=confidence_level) for i in idx
     ]
-    edges = histogram_edges(negative_scores, positive_scores, bins=bins)
+    return {
+        "fpr": curve.fpr[idx].tolist(),
+        "fnr": curve.fnr[idx].tolist(),
+        "fpr_low": [c.low for c in fpr_ci],
+        "fpr_high": [c.high for c in fpr_ci],
+        "fnr_low": [c.low for c in fnr_ci],
+        "fnr_high": [c.high for c in fnr_ci],
+    }
+
+
+def histogram_counts(scores: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Counts of ``scores`` in the bins of ``edges``; outliers are counted in the end
+    bins, so the counts still add up to the trials (and counts of disjoint samples add)."""
     lo, hi = float(edges[0]), float(edges[-1])
-    metrics = membership_metrics(
-        negative_scores, positive_scores, confidence_level=confidence_level, curve=curve
-    )
-    return TestSummary(
-        id=test_id,
-        label=label,
-        hypotheses=hypotheses,
-        negatives=curve.negatives,
-        positives=curve.positives,
-        metrics=metrics.to_dict(),
-        curve={
-            "fpr": curve.fpr[idx].tolist(),
-            "fnr": curve.fnr[idx].tolist(),
-            "fpr_low": [c.low for c in fpr_ci],
-            "fpr_high": [c.high for c in fpr_ci],
-            "fnr_low": [c.low for c in fnr_ci],
-            "fnr_high": [c.high for c in fnr_ci],
-        },
-        histogram={
-            "edges": edges.tolist(),
-            # Outliers are counted in the end bins: the counts still add up to the trials.
-            "negatives": np.histogram(np.clip(negative_scores, lo, hi), edges)[0].tolist(),
-            "positives": np.histogram(np.clip(positive_scores, lo, hi), edges)[0].tolist(),
-        },
-    )
+    return np.histogram(np.clip(scores, lo, hi), edges)[0]
 
 
 def histogram_edges(
@@ -311,9 +361,17 @@ def histogram_edges(
     when a few rows had huge losses. A constant sample gets a unit-wide range around it.
     """
     pooled = np.concatenate([negative_scores, positive_scores])
-    lo, hi = (float(v) for v in np.quantile(pooled, [0.005, 0.995]))
-    for scores in (negative_scores, positive_scores):
-        q_lo, q_hi = np.quantile(scores, [0.01, 0.99])
+    pooled_range = np.quantile(pooled, [0.005, 0.995])
+    class_ranges = [np.quantile(s, [0.01, 0.99]) for s in (negative_scores, positive_scores)]
+    return histogram_edges_from_quantiles(pooled_range, class_ranges, bins=bins)
+
+
+def histogram_edges_from_quantiles(pooled: Any, classes: Any, *, bins: int = 60) -> np.ndarray:
+    """:func:`histogram_edges` from the quantiles it reads: the pooled scores' 0.5 % and
+    99.5 % quantiles, and each class's 1 % and 99 % (exact, or from a sketch of scores too
+    many to hold)."""
+    lo, hi = (float(v) for v in pooled)
+    for q_lo, q_hi in classes:
         lo, hi = min(lo, float(q_lo)), max(hi, float(q_hi))
     if not hi > lo:
         lo, hi = lo - 0.5, lo + 0.5

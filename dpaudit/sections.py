@@ -153,6 +153,15 @@ TARGET_FORMATS: dict[str, tuple[str, ...]] = {
 #: ``[target] references`` values besides a training function ``"pkg.module:function"``.
 REFERENCE_CHOICES = ("recipe", "clone")
 
+#: A plug-in name ``"pkg.module:function"`` as ``[target]`` keys accept it.
+PLUGIN_NAME = re.compile(r"[\w.]+:\w+")
+
+#: How far below the ``[target] training_accuracy`` a brought target's accuracy on its
+#: members may fall before it is taken to be queried otherwise than it was trained:
+#: evaluation-mode layers (dropout, batch norm) and float rounding move an accuracy by
+#: far less; wrong or untransformed features move it by far more.
+ACCURACY_SHORTFALL = 0.1
+
 
 def target_format_from_suffix(path: str) -> str | None:
     """The format a model file's suffix implies, or ``None`` when it implies none."""
@@ -226,6 +235,29 @@ class TargetSection(Table):
       run: a ``label`` column and a ``loss`` column, or ``prob_0 .. prob_{C-1}``, or
       ``logit_0 .. logit_{C-1}``, and the membership column.
 
+    What a model of your own receives: one row per row of ``[data]``, with the columns
+    :func:`dpaudit.data.load_dataset` encodes, NOT standardised:
+
+    - the ``[data] features`` in the order that list gives them; without ``features``,
+      every column of the data file in file order except the label column and the
+      membership column (when ``membership`` names a column; with an index file no column
+      is left out but the label);
+    - a numeric column as one column of its values, as they are in the file;
+    - a text, bool or category column (text only when ``features`` or ``sensitive``
+      names it), and the built-in datasets' categorical codes (``statsmodels:fair``'s
+      ``occupation`` and ``occupation_husb``), one-hot encoded in place: one 0/1 column
+      per distinct value of the whole file, in sorted order (named ``"<column>=<value>"``);
+    - as float32 (torch, ONNX) or float64 copies of those float32 values (scikit-learn).
+
+    A model trained on transformed features (standardised, scaled, ...) is given the same
+    transformation by ``preprocess``: a fitted scikit-learn transformer saved with skops (a
+    path ending in ``.skops``; only ``trusted_types`` beyond skops' defaults are loaded;
+    its ``transform`` is called) or ``"pkg.module:function"``, a function ``(X) -> X'``
+    from the ``(n, d)`` float64 array above to the model's inputs (one row per row). It
+    is applied to every row before the model sees it, and to the reference models that
+    ``references = "clone"`` or a training function trains (they are trained on, and
+    queried with, the transformed features, as the target was).
+
     ``membership`` says which audited rows trained the target: a column of ``[data]`` (or
     of the scores file; default ``"member"``) holding 1/0 or true/false, rows left empty
     being the attacker's population; or a CSV index file with columns ``row`` (0-based
@@ -234,6 +266,24 @@ class TargetSection(Table):
     independent fair coin: only then is the one-run ε lower bound rigorous.
     ``output`` says whether a torch or ONNX model returns logits or probabilities.
 
+    ``population_share`` is for a plain train/test split, where every row's membership
+    is 1 or 0 and no row is left for the attacker: each row draws one seeded uniform
+    number (from the audit seed), and the non-members whose number falls below the share
+    become the attacker's population and leave the audited rows; with
+    ``membership_by_coin = true`` the members whose number falls below it are set aside
+    too (unused), so that being audited stays independent of membership and the coins
+    stay fair. Default: 0.5 when an attack needs population rows (``shadow``, ``rmia``,
+    ``rmia-offline``, ``auto``), else none (every row stays audited). With rows already
+    left empty (a population of your own) ``population_share`` must not be given.
+
+    ``training_accuracy`` is the accuracy your training reported on its training rows,
+    if it reported one. A brought target whose accuracy on its own members is at or
+    below the majority-class rate of those members, or more than
+    :data:`ACCURACY_SHORTFALL` below ``training_accuracy``, is not being queried as it
+    was trained (wrong features, a missing ``preprocess``): it is named in a warning and
+    its membership tests are not evaluated (a ``[gate]`` policy that needs them fails
+    closed unless ``on_unmeasured = "warn"``).
+
     ``references`` says how shadow and reference models (LiRA, RMIA, shadow) are trained
     for a model of your own (see :mod:`dpaudit.membership.brought`): ``"recipe"`` (default) with
     ``[model]`` / ``[training]``; ``"clone"``, for a scikit-learn estimator, as clones of
@@ -241,7 +291,7 @@ class TargetSection(Table):
     ``"pkg.module:function"``, your own training function ``function(X, y, *, seed)``
     that builds and trains a model as yours was (a torch module, a
     :class:`~dpaudit.models.ModelStack` or a scikit-learn estimator) on raw ``[data]``
-    features.
+    features (after ``preprocess``, when given).
     """
 
     variants: (
@@ -260,6 +310,9 @@ class TargetSection(Table):
     trusted_types: list[Annotated[str, Field(min_length=1)]] = []
     allow_pickle: bool = False
     references: str = "recipe"
+    preprocess: Annotated[str, Field(min_length=1)] | None = None
+    population_share: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
+    training_accuracy: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
 
     @property
     def brought(self) -> bool:
@@ -293,7 +346,39 @@ class TargetSection(Table):
             self._check_model_file()
         self._check_references()
         self._check_input_perturbation()
+        self._check_model_only_keys()
         return self
+
+    def _check_model_only_keys(self) -> None:
+        """``preprocess``, ``population_share`` and ``training_accuracy`` are about a model
+        of your own that dpaudit queries (not a scores file, not dpaudit's own target)."""
+        given = [
+            k
+            for k in ("preprocess", "population_share", "training_accuracy")
+            if getattr(self, k) is not None
+        ]
+        if not given:
+            return
+        if self.scores is not None:
+            raise ValueError(
+                f"[target] {given[0]!r} is for a model dpaudit queries ('path' / 'factory'); "
+                "a 'scores' file holds only its outputs"
+            )
+        if not self.brought:
+            raise ValueError(
+                f"[target] {given[0]!r} is for a model of your own ('path' / 'factory'); "
+                "dpaudit trains its own targets on the [data] features and sizes their "
+                "population with [data] population_size"
+            )
+        if self.preprocess is not None and not (
+            PLUGIN_NAME.fullmatch(self.preprocess)
+            or Path(self.preprocess).suffix.lower() == ".skops"
+        ):
+            raise ValueError(
+                "[target] preprocess must be a scikit-learn transformer saved with skops "
+                f"(a path ending in .skops) or a function 'pkg.module:function'; got "
+                f"{self.preprocess!r}"
+            )
 
     def _check_input_perturbation(self) -> None:
         listed = self.variants is not None and "input-perturbation" in self.variants
@@ -310,7 +395,7 @@ class TargetSection(Table):
 
     def _check_references(self) -> None:
         r = self.references
-        if r not in REFERENCE_CHOICES and not re.fullmatch(r"[\w.]+:\w+", r):
+        if r not in REFERENCE_CHOICES and not PLUGIN_NAME.fullmatch(r):
             raise ValueError(
                 f"[target] references must be 'recipe', 'clone' or a training function "
                 f"'pkg.module:function'; got {r!r}"
@@ -407,7 +492,8 @@ class ExecutionSection(Table):
     executor: Literal["local", "dask"] = "local"
     workers: Annotated[int, Field(ge=1, le=256)] = 1
     address: str | None = None
-    unit_size: Annotated[int, Field(ge=1)] = 25_000
+    # at most 10⁷ trials (models) in one unit: a unit is what one process holds in memory
+    unit_size: Annotated[int, Field(ge=1, le=10_000_000)] = 25_000
     device: str = "cpu"
     #: Seconds one unit may take (local executor): a unit still running then is stopped,
     #: named, and the run exits 2 keeping every finished unit. None: no limit.

@@ -229,7 +229,7 @@ class StoredOutputs(Mapping[str, Mapping[str, np.ndarray]]):
     """
 
     def __init__(
-        self, store: RunStore, digests: Mapping[str, str], *, cache_bytes: int = 256 << 20
+        self, store: RunStore, digests: Mapping[str, str], *, cache_bytes: int = 64 << 20
     ) -> None:
         self._store = store
         self._digests = dict(digests)

@@ -294,3 +294,117 @@ def best_threshold(
     values = bound(fpr_high, fnr_high)
     j = int(np.argmax(values))
     return Best(int(idx[j]), float(values[j]), float(fpr_high[j]), float(fnr_high[j]))
+
+
+# ------------------------------------------------------------ a grid fixed in advance
+
+
+class ScoreSketch:
+    """A summary of two samples of scores, built piece by piece in bounded memory, from
+    which a grid of candidate thresholds is drawn (:meth:`grid`).
+
+    Bounds that stream their trials (a mechanism audit at 10⁸ trials per arm) cannot hold
+    every score, so they count FP and FN only at a grid of thresholds fixed before the
+    counted trials are read (:class:`~dpaudit.tradeoff.GridCounts`). The grid is drawn
+    from this sketch of OTHER trials (the selection part of a split, or trials set aside
+    for a Bonferroni grid), which is what keeps the counts' limits at their level: any
+    grid is valid, a good one only gives a larger bound.
+
+    Per arm it keeps, for each piece added, ``POINTS`` evenly spaced order statistics
+    with weight (piece size)/``POINTS`` each (compressed to ``CAP`` weighted points,
+    again evenly spaced in cumulative weight, whenever more than 2·``CAP`` are held), and
+    exactly the ``TAIL`` largest negatives and the ``TAIL`` smallest positives: the tails
+    where a test has few false positives (resp. false negatives) and a small-δ ε bound
+    is decided. Memory: O(``CAP`` + ``TAIL``) numbers per arm, however many pieces.
+    """
+
+    POINTS = 256
+    CAP = 1 << 17
+    TAIL = 4096
+
+    def __init__(self) -> None:
+        self.negatives = 0
+        self.positives = 0
+        # per arm: pieces of (values, weights), and how many points they hold
+        self._pieces: tuple[list[tuple[np.ndarray, np.ndarray]], ...] = ([], [])
+        self._held = [0, 0]
+        self._top = np.empty(0)  # the largest negatives, increasing
+        self._bottom = np.empty(0)  # the smallest positives, increasing
+
+    def add(self, negative_scores: np.ndarray, positive_scores: np.ndarray) -> None:
+        """Summarise one piece of each hypothesis' scores (finite, 1-D, non-empty)."""
+        for arm, scores in enumerate((negative_scores, positive_scores)):
+            s = np.sort(np.asarray(scores, dtype=float))
+            m = min(self.POINTS, s.size)
+            ranks = ((np.arange(m) + 0.5) * (s.size / m)).astype(np.int64)
+            self._pieces[arm].append((s[ranks], np.full(m, s.size / m)))
+            self._held[arm] += m
+            if self._held[arm] > 2 * self.CAP:
+                self._pieces[arm][:] = [_compress(*self._points(arm), self.CAP)]
+                self._held[arm] = self.CAP
+            if arm == 0:
+                self.negatives += s.size
+                self._top = np.sort(np.concatenate([self._top, s[-self.TAIL :]]))[-self.TAIL :]
+            else:
+                self.positives += s.size
+                self._bottom = np.sort(np.concatenate([self._bottom, s[: self.TAIL]]))[: self.TAIL]
+
+    def _points(self, arm: int) -> tuple[np.ndarray, np.ndarray]:
+        """One arm's weighted points, sorted by value."""
+        values = np.concatenate([v for v, _ in self._pieces[arm]])
+        weights = np.concatenate([w for _, w in self._pieces[arm]])
+        order = np.argsort(values, kind="stable")
+        return values[order], weights[order]
+
+    def quantiles(self, probabilities: np.ndarray, *, arm: int | None = None) -> np.ndarray:
+        """Approximate quantiles (inverted CDF, so each is a score that occurred) of one
+        arm (0 = negatives, 1 = positives) or of both pooled (``arm=None``)."""
+        if self.negatives == 0 or self.positives == 0:
+            raise ValueError("ScoreSketch: no scores of each hypothesis added yet")
+        if arm is None:
+            (v0, w0), (v1, w1) = self._points(0), self._points(1)
+            values, weights = np.concatenate([v0, v1]), np.concatenate([w0, w1])
+            order = np.argsort(values, kind="stable")
+            values, weights = values[order], weights[order]
+        else:
+            values, weights = self._points(arm)
+        return _weighted_quantiles(values, weights, np.asarray(probabilities, dtype=float))
+
+    def grid(self, *, centre: int = 2048, tail: int = 256) -> np.ndarray:
+        """Candidate thresholds, increasing and distinct, each a score that occurred.
+
+        ``centre`` thresholds at evenly spaced quantiles of the pooled scores (where the
+        full curve has most of its thresholds), and ``tail`` thresholds per arm at
+        log-spaced ranks 1, …, n/2 from the negatives' top (FP small) and the positives'
+        bottom (FN small): ranks up to ``TAIL`` are exact order statistics, deeper ones
+        the sketch's quantiles. Ranks spaced by a constant ratio give every rate between
+        1/n and ½ a threshold within that ratio of it, as a full curve would.
+        """
+        probs = (np.arange(centre) + 0.5) / centre
+        parts = [self.quantiles(probs)]
+        for arm, n, exact in ((0, self.negatives, self._top), (1, self.positives, self._bottom)):
+            ranks = np.unique(np.round(np.geomspace(1, max(n / 2, 1), tail)).astype(np.int64))
+            near, deep = ranks[ranks <= exact.size], ranks[ranks > exact.size]
+            if arm == 0:  # the r-th largest negative
+                parts.append(exact[exact.size - near])
+                parts.append(self.quantiles(1.0 - (deep - 0.5) / n, arm=0))
+            else:  # the r-th smallest positive
+                parts.append(exact[near - 1])
+                parts.append(self.quantiles((deep - 0.5) / n, arm=1))
+        return np.unique(np.concatenate(parts))
+
+
+def _weighted_quantiles(
+    values: np.ndarray, weights: np.ndarray, probabilities: np.ndarray
+) -> np.ndarray:
+    """The first sorted value whose cumulative weight reaches p·(total weight), for each p."""
+    cumulative = np.cumsum(weights)
+    at = np.searchsorted(cumulative, probabilities * cumulative[-1], side="left")
+    return values[np.minimum(at, values.size - 1)]
+
+
+def _compress(values: np.ndarray, weights: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``size`` points evenly spaced in cumulative weight, each carrying an equal share."""
+    total = float(weights.sum())
+    kept = _weighted_quantiles(values, weights, (np.arange(size) + 0.5) / size)
+    return kept, np.full(size, total / size)

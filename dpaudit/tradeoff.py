@@ -47,7 +47,9 @@ class TradeoffCurve:
     """The empirical trade-off curve of a threshold test on two samples of scores.
 
     Every distinct threshold is listed in decreasing order, preceded by ``+inf`` (reject
-    nothing). Row i holds the counts of the test "s ≥ thresholds[i]".
+    nothing). Row i holds the counts of the test "s ≥ thresholds[i]". A curve known only
+    at a grid of thresholds (:meth:`GridCounts.curve`) lists the grid instead, and ends
+    with ``-inf`` (reject everything).
 
     Attributes:
         thresholds: Decreasing thresholds, the first one ``+inf``.
@@ -174,6 +176,109 @@ class TradeoffCurve:
         )
 
 
+def check_grid(grid: Any) -> np.ndarray:
+    """Validate a grid of candidate thresholds: a non-empty 1-D array of finite numbers in
+    strictly increasing order."""
+    arr = np.asarray(grid, dtype=float)
+    if arr.ndim != 1 or arr.size == 0:
+        raise DpauditError(
+            f"The 'grid' parameter must be a non-empty 1-D array. Got shape {arr.shape}."
+        )
+    if not np.all(np.isfinite(arr)) or np.any(np.diff(arr) <= 0):
+        raise DpauditError(
+            "The 'grid' parameter must hold finite thresholds in strictly increasing order."
+        )
+    return arr
+
+
+def count_at_least(scores: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """For each threshold t of the increasing ``grid``, the number of ``scores`` with
+    s ≥ t (int64), in O(n log G) time and O(n + G) memory.
+
+    ``searchsorted(grid, s, "right")`` is the number of grid thresholds ≤ s, i.e. the
+    number of tests "s ≥ t" that s passes; s passes the test at grid[j] exactly when that
+    number is at least j + 1, so the counts are the tail sums of its histogram.
+    """
+    passed = np.searchsorted(grid, scores, side="right")
+    per = np.bincount(passed, minlength=grid.size + 1)
+    del passed
+    return np.cumsum(per[::-1])[::-1][1:].astype(np.int64)
+
+
+@dataclass(frozen=True)
+class GridCounts:
+    """Counts of two samples of scores at a grid of thresholds fixed in advance.
+
+    For each threshold t of ``grid`` (finite, strictly increasing), ``fp`` holds the
+    number of negatives (H0) with s ≥ t and ``tp`` the number of positives (H1) with
+    s ≥ t. Counts of disjoint samples on the same grid add up (``a + b``), so a sample
+    too large for memory is counted piece by piece (one work unit at a time) and merged;
+    the result is exactly the count of the whole sample.
+
+    Attributes:
+        grid: The thresholds, increasing.
+        fp: Negatives with s ≥ t, one per threshold.
+        tp: Positives with s ≥ t, one per threshold.
+        negatives: Number of H0 scores counted.
+        positives: Number of H1 scores counted.
+    """
+
+    grid: np.ndarray = field(repr=False)
+    fp: np.ndarray = field(repr=False)
+    tp: np.ndarray = field(repr=False)
+    negatives: int
+    positives: int
+
+    @classmethod
+    def zero(cls, grid: Any) -> GridCounts:
+        """No scores counted yet (the start of a merge)."""
+        g = check_grid(grid)
+        return cls(g, np.zeros(g.size, np.int64), np.zeros(g.size, np.int64), 0, 0)
+
+    @classmethod
+    def count(cls, grid: Any, negative_scores: Any, positive_scores: Any) -> GridCounts:
+        """The counts of one sample of each hypothesis' scores on ``grid``."""
+        g = check_grid(grid)
+        neg = as_scores("negative_scores", negative_scores)
+        pos = as_scores("positive_scores", positive_scores)
+        return cls(g, count_at_least(neg, g), count_at_least(pos, g), neg.size, pos.size)
+
+    def __add__(self, other: GridCounts) -> GridCounts:
+        if other.grid is not self.grid and not np.array_equal(other.grid, self.grid):
+            raise DpauditError("Counts on different grids of thresholds cannot be merged.")
+        return GridCounts(
+            self.grid,
+            self.fp + other.fp,
+            self.tp + other.tp,
+            self.negatives + other.negatives,
+            self.positives + other.positives,
+        )
+
+    def curve(self) -> TradeoffCurve:
+        """The trade-off curve at the grid's thresholds, decreasing, between ``+inf``
+        (reject nothing) and ``-inf`` (reject everything: every score passes).
+
+        It is exactly :meth:`TradeoffCurve.from_scores` of the scores rounded down to the
+        nearest grid threshold (−inf below the lowest), except that a grid threshold no
+        score rounds to gives a row equal to its neighbour's. Neither changes a rate, the
+        AUC or a bound; the end rows always give a bound of 0 (an FNR of 1, resp. an FPR
+        of 1).
+        """
+        if self.negatives < 1 or self.positives < 1:
+            raise DpauditError(
+                "A trade-off curve needs at least one score per hypothesis; got "
+                f"{self.negatives} negatives and {self.positives} positives."
+            )
+        rows = self.grid.size + 2
+        thresholds = np.empty(rows)
+        fp = np.empty(rows, dtype=np.int64)
+        tp = np.empty(rows, dtype=np.int64)
+        thresholds[0], fp[0], tp[0] = np.inf, 0, 0
+        thresholds[1:-1], fp[1:-1], tp[1:-1] = self.grid[::-1], self.fp[::-1], self.tp[::-1]
+        thresholds[-1], fp[-1], tp[-1] = -np.inf, self.negatives, self.positives
+        return TradeoffCurve(thresholds, fp, tp, self.negatives, self.positives)
+
+
 @dataclass(frozen=True)
 class RateAtFpr:
     """TPR at a target FPR, with the threshold that achieves it and its intervals."""
@@ -290,6 +395,44 @@ def delong_auc_variance_from_curve(curve: TradeoffCurve) -> float:
     return float(np.var(v10, ddof=1) / m + np.var(v01, ddof=1) / n)
 
 
+def delong_auc_variance_binned(curve: TradeoffCurve) -> float:
+    """DeLong's variance of the AUC of the scores a trade-off curve was built from, with
+    every threshold's group of scores tied: for a grid curve (:meth:`GridCounts.curve`),
+    the scores rounded down to the grid. O(thresholds) time and memory, whatever the
+    number of scores.
+
+    The structural components are those of :func:`delong_auc_variance_from_curve` (one
+    value per row, shared by every score at that row); instead of repeating each value
+    once per score (an array of all the scores), the sample variance (ddof = 1) is taken
+    with the multiplicities as weights: Σ wᵢ(vᵢ − v̄)² / (Σ wᵢ − 1), v̄ = Σ wᵢvᵢ / Σ wᵢ.
+    Equal to :func:`delong_auc_variance` of the rounded scores up to rounding.
+
+    References:
+        DeLong, DeLong, Clarke-Pearson (1988), Biometrics 44(3) (V10, V01 and
+        S = S10/m + S01/n).
+    """
+    m, n = curve.positives, curve.negatives
+    if m < 2 or n < 2:
+        return float("nan")
+    fp, tp = curve.fp, curve.tp
+    fp_at, fp_above = fp[:0:-1], fp[-2::-1]
+    tp_at, tp_above = tp[:0:-1], tp[-2::-1]
+    v10 = (2 * n - (fp_at + fp_above)) * (0.5 / n)
+    v01 = (tp_at + tp_above) * (0.5 / m)
+    return (
+        _weighted_variance(v10, tp_at - tp_above) / m
+        + _weighted_variance(v01, fp_at - fp_above) / n
+    )
+
+
+def _weighted_variance(values: np.ndarray, weights: np.ndarray) -> float:
+    """Sample variance (ddof = 1) of ``values`` each repeated ``weights`` times."""
+    w = weights.astype(float)
+    total = float(w.sum())
+    mean = float(np.dot(w, values)) / total
+    return float(np.dot(w, (values - mean) ** 2)) / (total - 1.0)
+
+
 def membership_metrics(
     negative_scores: Any,
     positive_scores: Any,
@@ -321,8 +464,34 @@ def membership_metrics(
         curve = TradeoffCurve.from_scores(neg, pos)
     elif (curve.negatives, curve.positives) != (neg.size, pos.size):
         raise ValueError("membership_metrics: 'curve' is not the curve of these scores")
+    return _curve_metrics(curve, c, fprs, delong_auc_variance_from_curve(curve), "delong")
+
+
+def binned_metrics(
+    curve: TradeoffCurve, *, confidence_level: float = 0.95, fprs: tuple[float, ...] = DEFAULT_FPRS
+) -> MembershipMetrics:
+    """:func:`membership_metrics` of a curve known only at a grid of thresholds
+    (:meth:`GridCounts.curve`), without the scores.
+
+    Such a curve is exactly the curve of the scores rounded down to the nearest grid
+    threshold (``s ≥ t`` and "s rounded down ≥ t" agree for every grid threshold t), so
+    every metric is that of the rounded scores: the AUC counts two scores in the same bin
+    as a tie (½), TPR at FPR is read at grid thresholds only (never above the exact
+    curve's), the advantage is the largest over grid thresholds. The AUC interval is
+    DeLong's for the rounded scores (:func:`delong_auc_variance_binned`); ``auc_method``
+    says so.
+    """
+    c = check_confidence_level(confidence_level)
+    var = delong_auc_variance_binned(curve)
+    return _curve_metrics(curve, c, fprs, var, "delong, binned on the grid of thresholds")
+
+
+def _curve_metrics(
+    curve: TradeoffCurve, c: float, fprs: tuple[float, ...], var: float, auc_method: str
+) -> MembershipMetrics:
+    """The metrics of :func:`membership_metrics` read off ``curve``, with the DeLong
+    variance ``var`` of its AUC."""
     auc = curve.auc()
-    var = delong_auc_variance_from_curve(curve)
     if np.isfinite(var):
         z = normal_quantile(0.5 + c / 2.0)
         se = float(np.sqrt(max(var, 0.0)))
@@ -358,6 +527,7 @@ def membership_metrics(
         negatives=curve.negatives,
         positives=curve.positives,
         confidence_level=c,
+        auc_method=auc_method,
     )
 
 

@@ -1,49 +1,105 @@
 """The ``mechanism`` kind's summary: stored outputs on D and D' → ε and μ lower bounds held
 against the mechanism's upper bound, the score test, and the identification of its
 privacy profile.
+
+Two paths, chosen by the number of trials per arm and of units alone (never by what the
+units hold):
+
+- **In memory** (up to :data:`EXACT_TRIALS_LIMIT` = 10⁶ trials per arm, or a single
+  stored unit): every score is held, and the bounds search every distinct threshold
+  (:func:`~dpaudit.bounds.epsilon_and_mu_lower_bounds`). Its peak memory grows with the
+  trials: a whole ``dpaudit run`` peaks at about 0.27 GB at 10⁶ per arm (1.8 GB at 10⁷).
+- **Streamed** (above it): units are read one at a time and only per-unit counts at a
+  grid of candidate thresholds are kept and merged (:class:`~dpaudit.tradeoff.GridCounts`),
+  so the peak memory is that of one unit plus the grid, whatever the number of trials: a
+  whole run peaks at about 0.14 GB at 10⁸ per arm (plus, below 10⁸, the run's cache of
+  stored units, at most 256 MB; ``benchmarks/mechanism_memory.py``).
+  What keeps the bound rigorous is which units do what, fixed from the unit names before
+  any unit is read (:func:`unit_design`): the grid and the threshold come from some
+  units, the bound counts only the others (:func:`stream_counts`,
+  :func:`streamed_bounds`). Every count-to-bound step is in :mod:`dpaudit.bounds`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from dpaudit.bounds import epsilon_and_mu_lower_bounds
+from dpaudit.bounds import (
+    EpsilonBound,
+    MuBound,
+    epsilon_and_mu_from_grid_bonferroni,
+    epsilon_and_mu_from_grid_split,
+    epsilon_and_mu_lower_bounds,
+)
 from dpaudit.errors import DpauditError
 from dpaudit.identification import IDENTIFIABLE_MECHANISMS, identify_mechanism
-from dpaudit.kinds.base import KindSummary, Outputs, RunContext, null_result_warning
+from dpaudit.kinds.base import KindSummary, Outputs, RunContext, null_result_warning, unit_index
 from dpaudit.mechanisms.noise import Mechanism
 from dpaudit.mechanisms.schema import CATEGORICAL, LOCAL, MechanismSection
 from dpaudit.mechanisms.units import build_mechanism, in_verdict, local_pair, upper_bound
-from dpaudit.results import Comparison, gdp_implied_comparison, score_summary, theory_curves
+from dpaudit.results import (
+    Comparison,
+    TestSummary,
+    gdp_implied_comparison,
+    histogram_counts,
+    histogram_edges_from_quantiles,
+    score_summary,
+    score_summary_from_counts,
+    theory_curves,
+)
+from dpaudit.threshold_search import ScoreSketch
+from dpaudit.tradeoff import GridCounts, as_scores
 from dpaudit.upper_bounds import Claim
+
+#: Trials per arm up to which every score is held in memory and every distinct threshold
+#: is searched (the exact path, whose results the shipped audits' goldens fix). Its
+#: memory grows with the trials: a run peaks at about 0.27 GB at 10⁶ per arm (1.8 GB at
+#: 10⁷). Above it, the streamed path, whose peak is one unit's scores plus O(grid) counts.
+EXACT_TRIALS_LIMIT = 1_000_000
+#: Share of the units (the first ones) that choose the streamed ``split`` threshold: the
+#: in-memory split's default ½.
+SELECTION_FRACTION = 0.5
+#: Trials per arm, at least, set aside to draw a streamed ``bonferroni`` grid (whole
+#: units, the first ones; never counted). 2¹⁶ place its quantiles finely enough, and
+#: cost the bound under 1 % of its trials above the exact-path limit.
+GRID_TRIALS = 1 << 16
+HISTOGRAM_BINS = 60
 
 
 def mechanism_summary(
     section: MechanismSection, context: RunContext, outputs: Outputs, *, level: float
 ) -> KindSummary:
     """The ``mechanism`` kind's summary; every in-verdict bound at ``level``."""
-    parts = [outputs[u] for u in sorted(outputs)]
-    neg = np.concatenate([p["negative"] for p in parts])
-    pos = np.concatenate([p["positive"] for p in parts])
     mech = build_mechanism(section, str(context.base_dir))
     upper = upper_bound(section, mech, context.delta)
     entered = in_verdict(upper)
-    c, seed, threshold = context.confidence_level, context.seed, section.threshold
-    # Both comparisons enter the verdict's one budget: each bound at `level`. Computed
-    # together (one split, one selection curve), each is what its own call would give.
-    eps_lb, mu_lb = epsilon_and_mu_lower_bounds(
-        neg,
-        pos,
-        delta=upper.epsilon_delta,
-        confidence_level=level,
-        threshold=threshold,
-        seed=seed,
-    )
     label = f"{mech.name} mechanism"
+    if section.trials <= EXACT_TRIALS_LIMIT or len(outputs) < 2:
+        # One unit holds every trial anyway: no streaming can make it smaller.
+        eps_lb, mu_lb, summary = _in_memory(
+            section, context, outputs, delta=upper.epsilon_delta, level=level, label=label
+        )
+    else:
+        design = unit_design(
+            tuple(outputs), threshold=section.threshold, unit_size=context.unit_size
+        )
+        counts = stream_counts(outputs, design)
+        eps_lb, mu_lb = streamed_bounds(counts, delta=upper.epsilon_delta, confidence_level=level)
+        summary = score_summary_from_counts(
+            "mechanism",
+            label,
+            counts.whole,
+            counts.histogram,
+            confidence_level=context.confidence_level,
+            hypotheses=("D", "D'"),
+        ).with_details(streamed=counts.describe())
     source = upper.source
     comparisons = [
         Comparison(
@@ -73,9 +129,7 @@ def mechanism_summary(
     curves = theory_curves(
         epsilon=claim.epsilon, delta=claim.delta, mu=claim.mu, label=f"{source}: "
     ) + theory_curves(mu=mu_lb.value if mu_lb.value > 0 else None, label="lower bound: ")
-    summary = score_summary(
-        "mechanism", label, neg, pos, confidence_level=c, hypotheses=("D", "D'")
-    ).with_details(
+    summary = summary.with_details(
         theory_curves=curves,
         mechanism={
             "name": mech.name,
@@ -88,7 +142,8 @@ def mechanism_summary(
     )
     warnings = []
     if eps_lb.value == 0.0 and mu_lb.value == 0.0:
-        warnings.append(null_result_warning(label, f"{neg.size} trials per hypothesis", eps_lb))
+        trials = f"{summary.negatives} trials per hypothesis"
+        warnings.append(null_result_warning(label, trials, eps_lb))
     distance = mech.parameters.get("distance")
     if distance is not None and distance > mech.parameters["sensitivity"] * (1 + 1e-12):
         warnings.append(
@@ -100,6 +155,209 @@ def mechanism_summary(
     data = _audited_inputs(section)
     data_hash = hashlib.sha256(json.dumps(data).encode()).hexdigest()
     return KindSummary((summary,), tuple(comparisons), (), tuple(warnings), data_hash)
+
+
+def _in_memory(
+    section: MechanismSection,
+    context: RunContext,
+    outputs: Outputs,
+    *,
+    delta: float,
+    level: float,
+    label: str,
+) -> tuple[EpsilonBound, MuBound, TestSummary]:
+    """The exact path: every score in memory, every distinct threshold searched."""
+    # In unit order (the plan's, by number): the same as by name below 10⁵ units.
+    parts = [outputs[u] for u in outputs]
+    neg = np.concatenate([p["negative"] for p in parts])
+    pos = np.concatenate([p["positive"] for p in parts])
+    del parts
+    # Both comparisons enter the verdict's one budget: each bound at `level`. Computed
+    # together (one split, one selection curve), each is what its own call would give.
+    eps_lb, mu_lb = epsilon_and_mu_lower_bounds(
+        neg,
+        pos,
+        delta=delta,
+        confidence_level=level,
+        threshold=section.threshold,
+        seed=context.seed,
+    )
+    summary = score_summary(
+        "mechanism",
+        label,
+        neg,
+        pos,
+        confidence_level=context.confidence_level,
+        hypotheses=("D", "D'"),
+    )
+    return eps_lb, mu_lb, summary
+
+
+# ------------------------------------------------------------------------ streamed path
+
+
+@dataclass(frozen=True)
+class UnitDesign:
+    """Which stored units do what in a streamed bound, fixed from the unit names alone
+    before any unit is read.
+
+    Attributes:
+        threshold: ``"split"`` or ``"bonferroni"``.
+        grid_units: The units the grid of candidate thresholds is drawn from; for
+            ``split`` also the selection part that chooses the threshold. Never counted
+            in the bound.
+        counted_units: The units whose counts enter the bound (``split``: the evaluation
+            part).
+    """
+
+    threshold: str
+    grid_units: tuple[str, ...]
+    counted_units: tuple[str, ...]
+
+
+def unit_design(units: Sequence[str], *, threshold: str, unit_size: int) -> UnitDesign:
+    """Cut the units into those that fix the grid (and the split's threshold) and those
+    that are counted: always the FIRST units by index, whatever they hold.
+
+    The units' trials are i.i.d. (every unit samples the same mechanism from its own
+    random stream, :func:`~dpaudit.mechanisms.units.mechanism_unit`), so a cut made from
+    the unit names alone is as good as a random split of the trials, and nothing the
+    counted trials hold can influence the grid or the threshold.
+
+    - ``split``: the first ⌈½·units⌉ units (at most all but one) are the selection part.
+    - ``bonferroni``: the first ⌈2¹⁶ / unit_size⌉ units (at least one, at most all but
+      one), at least :data:`GRID_TRIALS` trials per arm, are set aside for the grid.
+
+    Raises:
+        DpauditError: fewer than two units (nothing would be left to count).
+    """
+    ordered = tuple(sorted(units, key=unit_index))
+    if len(ordered) < 2:
+        raise DpauditError(f"A streamed bound needs at least two stored units; got {len(ordered)}.")
+    if threshold == "split":
+        first = math.ceil(SELECTION_FRACTION * len(ordered))
+    else:
+        first = math.ceil(GRID_TRIALS / unit_size)
+    first = min(max(first, 1), len(ordered) - 1)
+    return UnitDesign(threshold, ordered[:first], ordered[first:])
+
+
+@dataclass(frozen=True)
+class StreamedCounts:
+    """What one read of the stored units keeps: counts at the grid and a histogram.
+
+    Attributes:
+        design: Which units fixed the grid and which were counted.
+        selection: The grid units' counts (``split``: the threshold is chosen on them).
+        counted: The counted units' counts (they alone enter the bound).
+        histogram: ``edges``, ``negatives``, ``positives`` of every unit's scores.
+    """
+
+    design: UnitDesign
+    selection: GridCounts = field(repr=False)
+    counted: GridCounts = field(repr=False)
+    histogram: Mapping[str, list[Any]] = field(repr=False)
+
+    @property
+    def whole(self) -> GridCounts:
+        """Every unit's counts (the report's curve and metrics)."""
+        return self.selection + self.counted
+
+    def describe(self) -> dict[str, Any]:
+        """The ``streamed`` details of the test: how its curve and bounds were made."""
+        return {
+            "grid_thresholds": int(self.counted.grid.size),
+            "units": len(self.design.grid_units) + len(self.design.counted_units),
+            "grid_units": len(self.design.grid_units),
+            "counted_units": len(self.design.counted_units),
+            "exact_trials_limit": EXACT_TRIALS_LIMIT,
+            "curve": (
+                "binned: the curve, AUC, TPR at FPR and advantage are those of the scores "
+                "rounded down to the grid of candidate thresholds"
+            ),
+        }
+
+
+def _read(outputs: Outputs, unit: str) -> tuple[np.ndarray, np.ndarray]:
+    part = outputs[unit]
+    return as_scores("negative", part["negative"]), as_scores("positive", part["positive"])
+
+
+def stream_counts(outputs: Outputs, design: UnitDesign) -> StreamedCounts:
+    """Read the units one at a time (the grid units twice) and keep only merged counts.
+
+    1. The grid units are summarised (:class:`~dpaudit.threshold_search.ScoreSketch`)
+       and the grid of candidate thresholds and the histogram's edges are drawn from that
+       summary: from the grid units alone.
+    2. Every unit is counted at the grid; the grid units' counts and the counted units'
+       counts are merged separately (sums of per-unit counts: exactly the counts of the
+       merged trials).
+
+    Memory: one unit's scores and the O(grid) counts, however many units.
+    """
+    sketch = ScoreSketch()
+    for unit in design.grid_units:
+        sketch.add(*_read(outputs, unit))
+    grid = sketch.grid()
+    edges = histogram_edges_from_quantiles(
+        sketch.quantiles(np.array([0.005, 0.995])),
+        [sketch.quantiles(np.array([0.01, 0.99]), arm=arm) for arm in (0, 1)],
+        bins=HISTOGRAM_BINS,
+    )
+    hist_neg = np.zeros(HISTOGRAM_BINS, dtype=np.int64)
+    hist_pos = np.zeros(HISTOGRAM_BINS, dtype=np.int64)
+
+    def count(units: tuple[str, ...]) -> GridCounts:
+        total = GridCounts.zero(grid)
+        for unit in units:
+            neg, pos = _read(outputs, unit)
+            total = total + GridCounts.count(grid, neg, pos)
+            hist_neg[:] += histogram_counts(neg, edges)
+            hist_pos[:] += histogram_counts(pos, edges)
+        return total
+
+    selection, counted = count(design.grid_units), count(design.counted_units)
+    histogram = {
+        "edges": edges.tolist(),
+        "negatives": hist_neg.tolist(),
+        "positives": hist_pos.tolist(),
+    }
+    return StreamedCounts(design, selection, counted, histogram)
+
+
+def streamed_bounds(
+    counts: StreamedCounts, *, delta: float, confidence_level: float
+) -> tuple[EpsilonBound, MuBound]:
+    """The ε and μ lower bounds of the streamed path, from its merged counts only.
+
+    ``split``: the threshold is chosen on the grid units' counts, FP and FN are the
+    counted units' counts at it (:func:`~dpaudit.bounds.epsilon_and_mu_from_grid_split`).
+    ``bonferroni``: the counted units' counts, with limits simultaneous over the grid
+    (:func:`~dpaudit.bounds.epsilon_and_mu_from_grid_bonferroni`); the grid units are
+    not counted, which is what lets the union bound run over the grid alone.
+    """
+    design = counts.design
+    details: dict[str, Any] = {
+        "streamed": True,
+        "units": len(design.grid_units) + len(design.counted_units),
+        "grid_units": len(design.grid_units),
+        "grid_source": "the first units' scores (never counted in the bound)",
+    }
+    if design.threshold == "split":
+        return epsilon_and_mu_from_grid_split(
+            counts.selection,
+            counts.counted,
+            delta=delta,
+            confidence_level=confidence_level,
+            details={**details, "selection_fraction": SELECTION_FRACTION},
+        )
+    sel = counts.selection
+    return epsilon_and_mu_from_grid_bonferroni(
+        counts.counted,
+        delta=delta,
+        confidence_level=confidence_level,
+        details={**details, "grid_negatives": sel.negatives, "grid_positives": sel.positives},
+    )
 
 
 def _audited_inputs(m: MechanismSection) -> object:

@@ -118,9 +118,20 @@ def build_mechanism(m: MechanismSection, base_dir: str) -> Mechanism:
 
 
 def mechanism_unit(spec: MechanismSpec, unit: str) -> dict[str, np.ndarray]:
-    """Sample one chunk of trials on D and on D' (a pure function of spec and unit)."""
+    """Sample one chunk of trials on D and on D' (a pure function of spec and unit).
+
+    A unit samples only its own trials, at most ``unit_size`` per arm (the last unit the
+    rest), from its own random stream: its memory does not grow with ``trials``, and the
+    units' trials are i.i.d., which is what lets the summary cut the units into parts
+    fixed in advance (:func:`dpaudit.mechanisms.summary.unit_design`).
+    """
     index = unit_index(unit)
     size = min(spec.unit_size, spec.section.trials - index * spec.unit_size)
+    if size < 1:
+        raise ConfigError(
+            f"unit {unit!r} is beyond the {spec.section.trials} trials of [mechanism] "
+            f"({spec.unit_size} per unit)"
+        )
     rng = np.random.default_rng([spec.seed, _STREAM_MECHANISM, index])
     mech = build_mechanism(spec.section, spec.base_dir)
     return {
