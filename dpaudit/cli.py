@@ -43,9 +43,9 @@ from rich.table import Table
 from rich.text import Text
 
 from dpaudit._version import __version__
-from dpaudit.config import check_runnable, check_safe, load_config
+from dpaudit.config import check_runnable, check_safe, load_config, run_context, size_notes
 from dpaudit.errors import DpauditError, check_in_interval
-from dpaudit.kinds import kind_names
+from dpaudit.kinds import get_kind, kind_names
 from dpaudit.plugins import guard_user_exit, interrupt_handler
 from dpaudit.recipes import sampling_plan, steps_from_rate
 from dpaudit.safe_text import ASCII_ERRORS, for_xml, one_line
@@ -386,6 +386,8 @@ def validate_command(
             check_safe(config)
         else:
             check_runnable(config)
+    for line in size_notes(config):
+        console.print(one_line(line), markup=False)
     mode = "; safe mode: no user code imported" if no_plugins else ""
     console.print(
         one_line(
@@ -677,6 +679,17 @@ def plan_command(
             f"{timing['calibration_wall'][1]:.2f} s wall).",
             markup=False,
         )
+        for line in _planned_size(Path(timing["file"]), timing["kind"], plan.trials_per_arm):
+            console.print(one_line(line), markup=False)
+
+
+def _planned_size(path: Path, kind: str, trials_per_arm: int) -> list[str]:
+    """The kind's size notes for the planned number of trials (memory, disk)."""
+    config = load_config(path)
+    section = config.section(kind)
+    if "trials" in type(section).model_fields:
+        section = section.model_copy(update={"trials": trials_per_arm})
+    return get_kind(kind).size_notes(section, run_context(config))
 
 
 #: Calibration trial counts per kind for ``dpaudit plan FILE``: mechanism trials are

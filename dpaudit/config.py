@@ -147,6 +147,16 @@ def run_context(config: AuditConfig) -> RunContext:
     )
 
 
+def size_notes(config: AuditConfig) -> list[str]:
+    """Every kind's notes on how large its work is (:meth:`AuditKind.size_notes`)."""
+    context = run_context(config)
+    return [
+        line
+        for name in config.audit.kinds
+        for line in get_kind(name).size_notes(config.section(name), context)
+    ]
+
+
 def check_runnable(config: AuditConfig) -> None:
     """Everything each kind can check before work starts (plug-ins import, files load).
 

@@ -631,3 +631,18 @@ def test_two_concurrent_runs_on_one_folder_one_waits_then_exits_2(tmp_path: Path
         _, err = first.communicate(timeout=300)
     assert first.returncode == 0, err
     assert verify_run(run_dir) == []
+
+
+def test_validate_says_how_large_a_large_audit_is(tmp_path: Path) -> None:
+    audit = _laplace(tmp_path)
+    audit.write_text(audit.read_text().replace("trials = 8000", "trials = 100_000_000"))
+    result = runner.invoke(app, ["validate", str(audit)])
+    assert result.exit_code == 0, result.output
+    assert _lines(result.output)[0] == (
+        "mechanism: 100,000,000 trials per arm in 50,000 units of 2,000: about 1.5 GiB of "
+        "unit files in the run directory; memory stays near one unit (0.0305 MiB of outputs) "
+        "plus about 150 MB whatever the number of trials (units are read one at a time above "
+        "1,000,000 trials per arm)"
+    )
+    small = runner.invoke(app, ["validate", str(_laplace(tmp_path, name="small"))])
+    assert len(_lines(small.output)) == 1  # nothing to say about a small audit

@@ -217,6 +217,11 @@ class AuditKind(ABC, Generic[S]):
     def check_runnable(self, section: S, context: RunContext) -> None:
         """What can be checked before work starts (plug-ins import, ...); raise DpauditError."""
 
+    def size_notes(self, section: S, context: RunContext) -> list[str]:
+        """Lines that say how large this kind's work is, when it is large (units, disk,
+        memory), for ``dpaudit validate`` and ``dpaudit plan``; none by default."""
+        return []
+
     @abstractmethod
     def plan(self, section: S, context: RunContext) -> UnitPlan:
         """The kind's work units."""

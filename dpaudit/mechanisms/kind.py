@@ -17,7 +17,7 @@ import math
 
 from dpaudit.errors import ConfigError, DpauditError
 from dpaudit.kinds.base import AuditKind, KindSummary, Outputs, RunContext, UnitPlan
-from dpaudit.mechanisms.schema import MechanismSection
+from dpaudit.mechanisms.schema import EXACT_TRIALS_LIMIT, MechanismSection
 from dpaudit.mechanisms.units import (
     MechanismSpec,
     build_mechanism,
@@ -42,6 +42,20 @@ class MechanismKind(AuditKind[MechanismSection]):
             upper_bound(section, mech, context.delta)
         except DpauditError as exc:
             raise ConfigError(f"[audit] delta = {context.delta:g} does not fit: {exc}") from None
+
+    def size_notes(self, section: MechanismSection, context: RunContext) -> list[str]:
+        if section.trials <= EXACT_TRIALS_LIMIT:
+            return []
+        size = min(context.unit_size, section.trials)
+        units = -(-section.trials // size)
+        disk = section.trials * 2 * 8  # float64 outputs on D and D'
+        return [
+            f"mechanism: {section.trials:,} trials per arm in {units:,} units of {size:,}: about "
+            f"{disk / 2**30:.2g} GiB of unit files in the run directory; memory stays near one "
+            f"unit ({size * 2 * 8 / 2**20:.3g} MiB of outputs) plus about 150 MB whatever the "
+            f"number of trials (units are read one at a time above {EXACT_TRIALS_LIMIT:,} "
+            "trials per arm)"
+        ]
 
     def plan(self, section: MechanismSection, context: RunContext) -> UnitPlan:
         spec = MechanismSpec(

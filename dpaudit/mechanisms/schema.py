@@ -13,6 +13,10 @@ from pydantic import Field, model_validator
 
 from dpaudit.sections import ClaimSection, Epsilon, Mu, Positive, Table
 
+#: Trials per arm up to which the summary holds every output in memory (exact threshold
+#: search); above it, units are read one at a time (:mod:`dpaudit.mechanisms.summary`).
+EXACT_TRIALS_LIMIT = 1_000_000
+
 BUILTIN_MECHANISMS = (
     "laplace",
     "gaussian",

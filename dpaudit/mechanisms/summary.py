@@ -42,7 +42,7 @@ from dpaudit.errors import DpauditError
 from dpaudit.identification import IDENTIFIABLE_MECHANISMS, identify_mechanism
 from dpaudit.kinds.base import KindSummary, Outputs, RunContext, null_result_warning, unit_index
 from dpaudit.mechanisms.noise import Mechanism
-from dpaudit.mechanisms.schema import CATEGORICAL, LOCAL, MechanismSection
+from dpaudit.mechanisms.schema import CATEGORICAL, EXACT_TRIALS_LIMIT, LOCAL, MechanismSection
 from dpaudit.mechanisms.units import build_mechanism, in_verdict, local_pair, upper_bound
 from dpaudit.results import (
     Comparison,
@@ -62,7 +62,6 @@ from dpaudit.upper_bounds import Claim
 #: is searched (the exact path, whose results the shipped audits' goldens fix). Its
 #: memory grows with the trials: a run peaks at about 0.27 GB at 10⁶ per arm (1.8 GB at
 #: 10⁷). Above it, the streamed path, whose peak is one unit's scores plus O(grid) counts.
-EXACT_TRIALS_LIMIT = 1_000_000
 #: Share of the units (the first ones) that choose the streamed ``split`` threshold: the
 #: in-memory split's default ½.
 SELECTION_FRACTION = 0.5
