@@ -172,7 +172,7 @@ def check_runnable(config: AuditConfig) -> None:
 DATA_SOURCES = ("sklearn", "statsmodels", "csv", "parquet", "synthetic")
 _PLUGIN = re.compile(r"^([A-Za-z_][\w.]*):[A-Za-z_]\w*$")
 #: Keys whose value is a path dpaudit reads or writes.
-_PATH_KEYS = ("path", "scores", "output_dir")
+_PATH_KEYS = ("path", "scores", "output_dir", "preprocess")
 
 
 def check_safe(config: AuditConfig) -> None:

@@ -44,12 +44,14 @@ from dpaudit.errors import DataError, DpauditError, check_choice, check_integer,
 __all__ = [
     "BUILTIN_DATASETS",
     "Dataset",
+    "PopulationSplit",
     "SensitiveColumn",
     "Split",
     "Standardizer",
     "load_dataset",
     "read_table",
     "split_dataset",
+    "split_population",
 ]
 
 # A label column with more distinct values than this is almost surely continuous: ask the
@@ -420,6 +422,72 @@ def split_dataset(
         population=population,
         standardizer=standardizer,
         fitted_on=standardize,
+        seed=seed,
+    )
+
+
+@dataclass(frozen=True, repr=False)
+class PopulationSplit:
+    """Rows of a plain train/test split set aside for the attacker (disjoint, sorted).
+
+    Positions index the rows that were split (the audited rows of a brought target).
+
+    Attributes:
+        audited: positions that stay audited.
+        population: positions of non-members that became the attacker's population.
+        set_aside: positions of members that left the audited rows unused (only when
+            the coins must stay fair), else empty.
+        share: the share asked for; seed: the seed of the draw.
+    """
+
+    audited: np.ndarray
+    population: np.ndarray
+    set_aside: np.ndarray
+    share: float
+    seed: int
+
+    def __repr__(self) -> str:
+        return (
+            f"PopulationSplit(audited={self.audited.size}, population={self.population.size}, "
+            f"set_aside={self.set_aside.size}, share={self.share:g}, seed={self.seed})"
+        )
+
+
+def split_population(
+    membership: np.ndarray, *, share: float, seed: int, keep_coins_fair: bool
+) -> PopulationSplit:
+    """Set a share of a train/test split's non-members aside as the attacker's population.
+
+    Each row draws one uniform number from ``seed`` alone (never from its membership);
+    a non-member whose number is below ``share`` becomes population. With
+    ``keep_coins_fair`` a member whose number is below ``share`` leaves the audited rows
+    too, unused: then whether a row stays audited is independent of its membership, so
+    memberships decided by independent fair coins are still independent fair coins on
+    the rows that stay (the premise of the one-run bound, Steinke, Nasr, Jagielski 2023,
+    Thm. 3.1). Without it, members all stay, and the audited rows hold relatively fewer
+    non-members than before.
+
+    Args:
+        membership: ``(m,)`` bool, True for rows that trained the target.
+        share: the expected share of non-members (and, with ``keep_coins_fair``, of
+            members) that leave the audited rows, in [0, 1).
+        seed: seed of the draw.
+        keep_coins_fair: also set members aside at the same rate.
+
+    Raises:
+        DataError: ``share`` outside [0, 1).
+    """
+    membership = np.asarray(membership, dtype=bool)
+    if not 0.0 <= share < 1.0:
+        raise DataError(f"The 'share' parameter must lie in [0, 1). Got {share!r} instead.")
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x909]))
+    leaves = rng.random(membership.size) < share
+    stays = ~leaves if keep_coins_fair else ~leaves | membership
+    return PopulationSplit(
+        audited=np.flatnonzero(stays),
+        population=np.flatnonzero(leaves & ~membership),
+        set_aside=np.flatnonzero(leaves & membership & keep_coins_fair),
+        share=share,
         seed=seed,
     )
 

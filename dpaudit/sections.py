@@ -239,9 +239,10 @@ class TargetSection(Table):
     :func:`dpaudit.data.load_dataset` encodes, NOT standardised:
 
     - the ``[data] features`` in the order that list gives them; without ``features``,
-      every column of the data file in file order except the label column and the
-      membership column (when ``membership`` names a column; with an index file no column
-      is left out but the label);
+      every column of the data file in file order (of a built-in dataset, its table less
+      the columns dpaudit drops, such as ``statsmodels:anes96``'s ``popul``) except the
+      label column and the membership column (when ``membership`` names a column; with an
+      index file no column is left out but the label); the ``sensitive`` column stays;
     - a numeric column as one column of its values, as they are in the file;
     - a text, bool or category column (text only when ``features`` or ``sensitive``
       names it), and the built-in datasets' categorical codes (``statsmodels:fair``'s

@@ -25,8 +25,12 @@ reference models (LiRA, RMIA) are trained as ``[target] references`` says:
 - ``"pkg.module:function"``: the user's ``function(X, y, *, seed)`` that builds and trains
   a model as the target was (e.g. a torch factory and its training loop).
 
-Models trained like the target see its raw ``[data]`` features, and every reference model
-is queried through the same :class:`LoadedTarget` path as the target (:func:`load_like`).
+Models trained like the target see its raw ``[data]`` features (after ``[target]
+preprocess``, when given, as the target does), and every reference model is queried through
+the same :class:`LoadedTarget` path as the target (:func:`load_like`).
+
+With membership 1/0 on every row (a plain train/test split), ``[target] population_share``
+of the non-members becomes the attacker's population (:func:`load_byo_data`).
 
 This module loads: the model, ``[data]`` and the user's membership, a scores file, what
 ``[target] references`` names; :func:`preflight` checks it all before any work starts.
@@ -64,18 +68,22 @@ from dpaudit.data import (
     library_reason,
     load_dataset,
     read_table,
+    split_population,
 )
 from dpaudit.errors import ConfigError, DataError, DpauditError
+from dpaudit.membership.schema import population_share, population_shortfall
 from dpaudit.models import ModelSpec, ModelStack
 from dpaudit.plugins import load_plugin
-from dpaudit.sections import ByoSpec
+from dpaudit.sections import PLUGIN_NAME, ByoSpec
 
 __all__ = [
     "ByoData",
     "ByoSpec",
     "LoadedTarget",
+    "check_population",
     "load_byo_data",
     "load_like",
+    "load_preprocess",
     "load_target",
     "preflight",
     "read_scores",
@@ -102,6 +110,8 @@ class LoadedTarget:
         description: where it came from (format, file, type) for the report.
         estimator: the scikit-learn estimator itself when the target is one (what
             ``[target] references = "clone"`` clones), else ``None``.
+        preprocess: ``[target] preprocess`` as a function ``(m, d) → (m, d')`` applied to
+            every input before ``predict`` (:func:`load_preprocess`), or ``None``.
     """
 
     predict: Callable[[np.ndarray], np.ndarray]
@@ -110,6 +120,7 @@ class LoadedTarget:
     output: str = "logits"
     description: dict[str, Any] = field(default_factory=dict)
     estimator: Any = None
+    preprocess: Callable[[np.ndarray], np.ndarray] | None = None
 
     num_models = 1
 
@@ -120,7 +131,8 @@ class LoadedTarget:
                 f"The 'X' parameter must have shape (m, {self.num_features}). "
                 f"Got {x.shape} instead."
             )
-        out = np.asarray(self.predict(x), dtype=np.float64)
+        model_input = x if self.preprocess is None else self.preprocess(x)
+        out = np.asarray(self.predict(model_input), dtype=np.float64)
         out = _two_columns(out, self.output) if out.ndim == 1 or out.shape[-1] == 1 else out
         if out.shape != (x.shape[0], self.num_classes):
             raise DataError(
@@ -433,8 +445,67 @@ def load_target(
             predict = _load_onnx(path, description)
     description["output"] = output
     estimator = obj if _is_estimator(obj) else None
-    target = LoadedTarget(predict, num_features, num_classes, output, description, estimator)
+    preprocess = load_preprocess(config)
+    if preprocess is not None:
+        description["preprocess"] = t.preprocess
+    target = LoadedTarget(
+        predict, num_features, num_classes, output, description, estimator, preprocess
+    )
     return target, warnings
+
+
+def load_preprocess(config: ByoSpec) -> Callable[[np.ndarray], np.ndarray] | None:
+    """``[target] preprocess`` as a checked function from ``[data]`` rows to model inputs.
+
+    A path is a fitted scikit-learn transformer saved with skops (its ``transform`` is
+    called; only skops' trusted types and ``[target] trusted_types`` are loaded); a
+    ``"pkg.module:function"`` is called as ``function(X)``. Either receives the ``(m, d)``
+    float64 features a brought model is otherwise given and must return ``m`` rows of
+    finite numbers (a sparse result is made dense).
+
+    Returns:
+        The function, or ``None`` when ``[target] preprocess`` is not given.
+
+    Raises:
+        DpauditError: a missing or unreadable skops file, an untrusted type, an object
+            without ``transform``, or a function that cannot be imported.
+    """
+    t = config.target
+    if t.preprocess is None:
+        return None
+    name = t.preprocess
+    transform: Callable[[np.ndarray], Any]
+    if PLUGIN_NAME.fullmatch(name):
+        transform = load_plugin(name, base_dir=config.base_dir, what="[target] preprocess")
+    else:
+        path = check_file(config.resolve(name), "preprocess file")
+        obj = _load_skops(path, list(t.trusted_types), {})
+        if not callable(getattr(obj, "transform", None)):
+            raise DpauditError(
+                f"[target] preprocess {name!r} holds a {type(obj).__name__}, which has no "
+                "transform method; save a fitted scikit-learn transformer (a scaler, a "
+                "ColumnTransformer, a Pipeline of transformers)."
+            )
+        transform = obj.transform
+
+    def preprocess(x: np.ndarray) -> np.ndarray:
+        out = transform(np.asarray(x, dtype=np.float64))
+        if hasattr(out, "toarray"):  # a sparse matrix (one-hot encoders)
+            out = out.toarray()
+        out = np.asarray(out, dtype=np.float64)
+        if out.ndim != 2 or out.shape[0] != x.shape[0]:
+            raise DataError(
+                f"[target] preprocess {name!r} turned {x.shape[0]} rows of [data] into an "
+                f"array of shape {out.shape}; it must return one row per row (2 dimensions)."
+            )
+        if not np.all(np.isfinite(out)):
+            raise DataError(
+                f"[target] preprocess {name!r} returned {int((~np.isfinite(out)).sum())} "
+                "non-finite values."
+            )
+        return out
+
+    return preprocess
 
 
 def _is_estimator(obj: Any) -> bool:
@@ -448,11 +519,13 @@ def preflight(spec: ByoSpec) -> None:
     """Check a brought target before any work starts, by loading all of it once.
 
     A scores file is read and checked whole (columns, numbers, members and non-members).
-    Otherwise ``[data]`` and the membership column or index file are loaded, the model
-    file or factory is loaded (models are small), and the model is run on two audited
-    rows, so a model that does not take ``[data]``'s features fails here rather than in
-    a work unit. ``[target] references`` is checked too (a clone needs a scikit-learn
-    estimator; a training function must import).
+    Otherwise ``[data]`` and the membership column or index file are loaded (a train/test
+    split's population set aside), every attack's need of population rows is checked
+    (:func:`check_population`), the model file or factory and ``[target] preprocess`` are
+    loaded (models are small), and both are run on two audited rows, so a model that does
+    not take ``[data]``'s features fails here rather than in a work unit.
+    ``[target] references`` is checked too (a clone needs a scikit-learn estimator; a
+    training function must import).
 
     Args:
         spec: The brought target's spec (``dpaudit.membership.kind.byo_spec``).
@@ -464,11 +537,26 @@ def preflight(spec: ByoSpec) -> None:
         read_scores(spec)
         return
     data = load_byo_data(spec)
+    check_population(spec, data, spec.attacks)
     ds = data.dataset
     target, _ = load_target(spec, num_features=ds.num_features, num_classes=ds.num_classes)
     where = spec.target.path or spec.target.factory
+    rows = ds.X[data.audited[:2]]
+    if target.preprocess is not None:
+        try:
+            target.preprocess(rows)
+        except DpauditError:
+            raise
+        # The user's transformer or function: whatever this one trial call raises means
+        # it does not take [data]'s rows (as for the model below).
+        except Exception as exc:
+            raise DataError(
+                f"[target] preprocess {spec.target.preprocess!r} failed on 2 rows of [data] "
+                f"({ds.num_features} encoded features): {type(exc).__name__}: "
+                f"{library_reason(exc)}. Check [data] features."
+            ) from None
     try:
-        target.logits(ds.X[data.audited[:2]])
+        target.logits(rows)
     except DpauditError:
         raise
     # The model is the user's: a torch module, an estimator or an ONNX graph reports an
@@ -479,7 +567,8 @@ def preflight(spec: ByoSpec) -> None:
         raise DataError(
             f"The target {where!r} failed on 2 rows of [data] ({ds.num_features} encoded "
             f"features, {ds.num_classes} classes): {type(exc).__name__}: "
-            f"{library_reason(exc)}. Check [data] label and features."
+            f"{library_reason(exc)}. Check [data] label and features"
+            + (" and [target] preprocess." if spec.target.preprocess else ".")
         ) from None
     reference_source(spec, target)  # 'clone' of a non-estimator, an unimportable function
 
@@ -518,8 +607,15 @@ def load_like(model: Any, target: LoadedTarget, *, source: str) -> LoadedTarget:
     except DpauditError as exc:
         raise DpauditError(f"[target] references = {source!r}: {exc}") from None
     estimator = model if _is_estimator(model) else None
+    # Trained on the target's preprocessed features: queried through the same transform.
     return LoadedTarget(
-        predict, target.num_features, target.num_classes, output, description, estimator
+        predict,
+        target.num_features,
+        target.num_classes,
+        output,
+        description,
+        estimator,
+        target.preprocess,
     )
 
 
@@ -535,9 +631,14 @@ class ByoData:
             target receives these features as they are.
         audited: ``(m,)`` row indices whose membership is known.
         membership: ``(m,)`` bool, True for rows that trained the target.
-        population: ``(P,)`` row indices of the attacker's own data (membership unknown).
+        population: ``(P,)`` row indices of the attacker's own data: the rows left empty
+            (membership unknown), or, for a train/test split, the non-members
+            ``[target] population_share`` set aside (:func:`dpaudit.data.split_population`).
         mean, scale: standardisation fitted on the population (on the audited rows when the
             population has fewer than 2 rows), used only for reference models' inputs.
+        split: how a train/test split's population was drawn (``share``, ``seed``,
+            ``non_members``, ``population``, ``set_aside`` members), or ``None`` when the
+            rows left empty are the population.
     """
 
     dataset: Dataset
@@ -546,6 +647,13 @@ class ByoData:
     population: np.ndarray
     mean: np.ndarray
     scale: np.ndarray
+    split: dict[str, Any] | None = None
+
+    @property
+    def held_out(self) -> np.ndarray | None:
+        """Rows known never to have trained the target (a split's population), or ``None``
+        when the population's membership is unknown."""
+        return None if self.split is None else self.population
 
     def __repr__(self) -> str:
         return (
@@ -635,18 +743,77 @@ def load_byo_data(config: ByoSpec) -> ByoData:
         flags = _as_flags(list(frame[membership]), f"The column {membership!r}")
     audited = np.flatnonzero(~np.isnan(flags))
     member = flags[audited] == 1.0
-    if not member.any() or member.all():
-        raise DataError(
-            f"The audited rows need members and non-members; got {int(member.sum())} members "
-            f"of {audited.size} audited rows."
-        )
+    _check_both(member, audited.size, "")
     population = np.flatnonzero(np.isnan(flags))
+    split = None
+    share = population_share(t, config.attacks)
+    if population.size and t.population_share is not None:
+        raise ConfigError(
+            f"[target] population_share sets a train/test split's held-out rows aside for "
+            f"the attacker, but {membership!r} already leaves {population.size} rows of "
+            "[data] without a membership (the attacker's population): remove "
+            "population_share, or give every row 1 or 0."
+        )
+    if not population.size and share:
+        drawn = split_population(
+            member, share=share, seed=config.seed, keep_coins_fair=t.membership_by_coin
+        )
+        population = audited[drawn.population]
+        split = {
+            "share": share,
+            "seed": config.seed,
+            "non_members": int((~member).sum()),
+            "population": int(drawn.population.size),
+            "set_aside": int(drawn.set_aside.size),
+        }
+        audited, member = audited[drawn.audited], member[drawn.audited]
+        _check_both(member, audited.size, f" after [target] population_share = {share:g}")
     fit_rows = population if population.size >= 2 else audited
     X = dataset.X[fit_rows].astype(np.float64)
     mean = X.mean(axis=0)
     scale = X.std(axis=0)
     scale = np.where(scale > 0, scale, 1.0)  # constant columns: centred, not scaled
-    return ByoData(dataset, audited, member, population, mean, scale)
+    return ByoData(dataset, audited, member, population, mean, scale, split)
+
+
+def _check_both(member: np.ndarray, audited: int, when: str) -> None:
+    if not member.any() or member.all():
+        raise DataError(
+            f"The audited rows need members and non-members; got {int(member.sum())} members "
+            f"of {audited} audited rows{when}."
+        )
+
+
+def check_population(config: ByoSpec, data: ByoData, attacks: tuple[str, ...]) -> None:
+    """Refuse attacks that need more of the attacker's population than ``data`` leaves,
+    with the one message ``dpaudit validate`` and ``dpaudit run`` both give.
+
+    Raises:
+        DataError: the first attack short of population rows, and what to change.
+    """
+    problem = population_shortfall(attacks, data.population.size)
+    if problem is None:
+        return
+    t = config.target
+    if data.split is not None:
+        s = data.split
+        hint = (
+            f"[target] population_share = {s['share']:g} set {s['population']} of the "
+            f"{s['non_members']} non-member rows aside for it: raise population_share, or "
+            "hold out more rows."
+        )
+    elif t.population_share == 0.0:
+        hint = (
+            "[target] population_share = 0 keeps every row audited: raise it to set a "
+            "share of the non-member rows aside for the attacker."
+        )
+    else:
+        hint = (
+            "Leave some [data] rows' membership empty (not audited) so the attacker has "
+            "data of its own; for a train/test split (every row 1 or 0) "
+            "[target] population_share sets a share of the non-members aside instead."
+        )
+    raise DataError(f"{problem} {hint} Or list attacks that need no population (loss, lira).")
 
 
 # ------------------------------------------------------------------------------ scores

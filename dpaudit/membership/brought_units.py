@@ -29,10 +29,11 @@ from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 
 from dpaudit.attacks import AttackContext
-from dpaudit.errors import DataError, DpauditError
+from dpaudit.errors import DpauditError
 from dpaudit.membership.brought import (
     ByoData,
     LoadedTarget,
+    check_population,
     load_byo_data,
     load_like,
     load_target,
@@ -137,10 +138,13 @@ def reference_trainer(config: ByoSpec, target: LoadedTarget) -> ReferenceTrainer
 
 
 def _splits(
-    X: np.ndarray, y: np.ndarray, membership: np.ndarray, seed: int
+    X: np.ndarray, y: np.ndarray, membership: np.ndarray, seed: int, target: LoadedTarget
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.random.SeedSequence]]:
-    """Each reference model's rows (raw float32 features) and its own seed sequence."""
+    """Each reference model's rows and its own seed sequence: the raw float32 features,
+    or what ``[target] preprocess`` makes of them (float64), as the target was trained."""
     X = np.asarray(X, dtype=np.float32)
+    if target.preprocess is not None:
+        X = target.preprocess(X)
     y = np.asarray(y, dtype=np.int64)
     for k, rows in enumerate(np.asarray(membership, dtype=bool)):
         yield X[rows], y[rows], np.random.SeedSequence([seed, _CLONE_SALT, k])
@@ -149,7 +153,7 @@ def _splits(
 def _clone_trainer(estimator: Any, target: LoadedTarget) -> ReferenceTrainer:
     def train(X: np.ndarray, y: np.ndarray, membership: np.ndarray, seed: int) -> ReferenceModels:
         models = []
-        for X_k, y_k, ss in _splits(X, y, membership, seed):
+        for X_k, y_k, ss in _splits(X, y, membership, seed, target):
             model = clone(estimator)
             # scikit-learn draws from numpy's legacy global RandomState when random_state
             # is None; seeding it (and restoring it) is the only way to fix those draws
@@ -173,7 +177,7 @@ def _clone_trainer(estimator: Any, target: LoadedTarget) -> ReferenceTrainer:
 def _function_trainer(fn: Callable[..., Any], target: LoadedTarget, name: str) -> ReferenceTrainer:
     def train(X: np.ndarray, y: np.ndarray, membership: np.ndarray, seed: int) -> ReferenceModels:
         models = []
-        for X_k, y_k, ss in _splits(X, y, membership, seed):
+        for X_k, y_k, ss in _splits(X, y, membership, seed, target):
             model = fn(X_k, y_k, seed=int(ss.generate_state(1)[0]))
             models.append(load_like(model, target, source=name))
         return ReferenceModels(models)
@@ -245,11 +249,7 @@ def byo_unit(config: ByoSpec, unit: str) -> dict[str, np.ndarray]:
         data = dataclasses.replace(
             data, mean=np.zeros_like(data.mean), scale=np.ones_like(data.scale)
         )
-    if name == "shadow" and data.population.size < 2:
-        raise DataError(
-            "The shadow attack trains on the attacker's population: leave some [data] rows' "
-            "membership empty (not audited) so the attacker has data of its own."
-        )
+    check_population(config, data, (name,))
     X_raw, y = ds.X[data.audited], ds.y[data.audited]
     context = _attack_context(config, data, target, train_references, X_raw)
     attack = resolve_attacks(
@@ -271,14 +271,22 @@ def byo_unit(config: ByoSpec, unit: str) -> dict[str, np.ndarray]:
         "options": scored.options,
         "target": target.description,
         "warnings": notes,
-        "accuracy": target_accuracy(target, X_raw, y, data.membership),
+        "accuracy": target_accuracy(
+            target, X_raw, y, data.membership, held_out=_rows(ds, data.held_out)
+        ),
         "references": references_used(config.target.references),
     }
+    if data.split is not None:
+        info["population_split"] = data.split
     return {
         "scores": scored.scores,
         "membership": data.membership,
         "info": np.array(json.dumps(info)),
     }
+
+
+def _rows(ds: Any, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+    return None if rows is None else (ds.X[rows], ds.y[rows])
 
 
 def _scores_unit(config: ByoSpec) -> dict[str, np.ndarray]:

@@ -16,12 +16,21 @@ A thin adapter over the family's modules (importing it loads no torch):
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
+from dpaudit.errors import DataError
 from dpaudit.kinds.base import AuditKind, KindSummary, Outputs, RunContext, SharedTables, UnitPlan
-from dpaudit.membership.schema import MembershipSection, OwnSpec, check_variants, variants
+from dpaudit.membership.schema import (
+    MembershipSection,
+    OwnSpec,
+    check_variants,
+    population_share,
+    population_shortfall,
+    variants,
+)
 from dpaudit.plugins import plugin_digest
-from dpaudit.sections import ByoSpec
+from dpaudit.sections import PLUGIN_NAME, ByoSpec, DataSection
 
 __all__ = [
     "KIND",
@@ -29,6 +38,7 @@ __all__ = [
     "byo_key_data",
     "byo_spec",
     "byo_units",
+    "check_own_population",
     "own_spec",
     "target_digest",
 ]
@@ -51,7 +61,10 @@ def target_digest(config: ByoSpec) -> str:
     """Hash of the files the target is read from, so a changed file never reuses units."""
     t = config.target
     h = hashlib.sha256()
-    for name in (t.path, t.scores, t.membership):
+    preprocess_file = None
+    if t.preprocess is not None and not PLUGIN_NAME.fullmatch(t.preprocess):
+        preprocess_file = t.preprocess  # a skops file (a function's module: byo_key_data)
+    for name in (t.path, t.scores, t.membership, preprocess_file):
         if name is None:
             continue
         p = config.resolve(name)
@@ -88,16 +101,59 @@ def byo_units(config: ByoSpec) -> list[str]:
 
 
 def byo_key_data(spec: ByoSpec, context: RunContext) -> dict[str, Any]:
-    """The unit key of a brought target: ``[target] references`` only when it is not the
-    default recipe (so units stored before the option existed are reused), and a training
-    function's module file (its code is part of what the units are)."""
+    """The unit key of a brought target.
+
+    ``[target] references`` only when it is not the default recipe, and ``preprocess``
+    and the population share (:func:`~dpaudit.membership.schema.population_share`, the
+    default included) only when there is one, so units stored before those options
+    existed are reused where they would not change; a training function's or preprocess
+    function's module file (its code is part of what the units are). ``training_accuracy``
+    changes no unit (it is read when the units are summarised): it is left out.
+    """
     key = spec.model_dump(mode="json", exclude={"base_dir", "device"})
-    references = spec.target.references
+    t = spec.target
+    target = key["target"]
+    target.pop("training_accuracy", None)
+    share = population_share(t, spec.attacks)
+    if share is None:
+        target.pop("population_share", None)
+    else:
+        target["population_share"] = share
+    if t.preprocess is None:
+        target.pop("preprocess", None)
+    elif PLUGIN_NAME.fullmatch(t.preprocess):
+        key["preprocess_file"] = plugin_digest(t.preprocess, base_dir=context.base_dir)
+    references = t.references
     if references == "recipe":
-        key["target"].pop("references", None)
+        target.pop("references", None)
     elif references != "clone":
         key["references_file"] = plugin_digest(references, base_dir=context.base_dir)
     return key
+
+
+def check_own_population(attacks: Sequence[str], data: DataSection, rows: int) -> None:
+    """Refuse an own target's audit whose dataset leaves an attack short of population
+    rows: ``[data] population_size``, else every row that is not audited.
+
+    Raises:
+        DataError: the dataset is smaller than the split, or an attack needs more rows.
+    """
+    audited = data.audited_size
+    population = data.population_size
+    if population is None:
+        population = max(0, rows - audited)
+    elif audited + population > rows:
+        raise DataError(
+            f"The dataset {data.dataset!r} has {rows} rows, too few for [data] "
+            f"audited_size = {audited} + population_size = {population}."
+        )
+    problem = population_shortfall(attacks, population)
+    if problem is not None:
+        raise DataError(
+            f"{problem} [data] population_size, or a dataset with more rows than "
+            f"audited_size = {audited}, gives the attacker rows of its own. Or list attacks "
+            "that need no population (loss, lira)."
+        )
 
 
 class MembershipKind(AuditKind[MembershipSection]):
@@ -113,7 +169,9 @@ class MembershipKind(AuditKind[MembershipSection]):
             check_variants(shared.target, shared.training)
 
     def check_runnable(self, section: MembershipSection, context: RunContext) -> None:
-        """Load the data (and a brought model) once, before any unit trains or attacks."""
+        """Load the data (and a brought model) once, before any unit trains or attacks,
+        and check that every attack has the population rows it needs (what a unit would
+        otherwise say after training)."""
         if context.shared.target.brought:
             from dpaudit.membership.brought import preflight
 
@@ -121,7 +179,8 @@ class MembershipKind(AuditKind[MembershipSection]):
         else:
             from dpaudit.membership.trained import load
 
-            load(own_spec(section, context))
+            own = own_spec(section, context)
+            check_own_population(section.attacks, own.data, load(own).num_rows)
 
     def plan(self, section: MembershipSection, context: RunContext) -> UnitPlan:
         sh = context.shared

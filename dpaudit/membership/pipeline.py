@@ -312,7 +312,10 @@ class MembershipAuditResult:
         accountant_epsilon: the accountant's ε at ``delta`` for the target's DP-SGD run
             (``None`` for non-private training); record: that run.
         confidence_level, delta, seed: the audit's settings.
-        target_accuracy: the target's accuracy on its members and on the non-members.
+        target_accuracy: the target's accuracy on its members, on the non-members, on the
+            population rows (``held_out``: they never trained it; not for the
+            input-perturbation target, which trains on some) and the majority-class
+            rate of its members (:func:`dpaudit.membership.scoring.target_accuracy`).
         seconds: timings (``"target"``, each attack, ``"total"``).
     """
 
@@ -462,7 +465,11 @@ def audit_membership(
     X, y, coins = target.audited_X, target.audited_y, target.membership
     if coins.all():
         raise DataError("Every audited row won its coin; no non-member to compare with.")
-    accuracy = target_accuracy(target.models, X, y, coins)
+    # The population never trained the target (the input-perturbation target trains on
+    # population rows standing in for non-members: no held-out rows there).
+    population = target.dataset.X[target.population], target.dataset.y[target.population]
+    held_out = None if target.perturbation is not None else population
+    accuracy = target_accuracy(target.models, X, y, coins, held_out=held_out)
     outcomes = []
     for i, scored in enumerate(
         score_attacks(target, resolved, seed=seed, device=device, progress=progress)

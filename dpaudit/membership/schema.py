@@ -32,6 +32,7 @@ Without ``headline`` every attack's one-run bound enters the verdict.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
 
@@ -53,7 +54,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_ATTACKS",
+    "DEFAULT_POPULATION_SHARE",
     "INPUT_PERTURBATION",
+    "POPULATION_NEEDED",
     "REFERENCE_ATTACKS",
     "RMIA_ATTACKS",
     "TRAINS_REFERENCES",
@@ -63,6 +66,8 @@ __all__ = [
     "OwnSpec",
     "TargetSpec",
     "check_variants",
+    "population_share",
+    "population_shortfall",
     "variants",
 ]
 
@@ -95,6 +100,18 @@ DEFAULT_ATTACKS: tuple[Attack, ...] = ("loss", "shadow", "auto")
 _RMIA_OPTIONS = ("rmia_offline_a", "rmia_gamma", "rmia_population_samples")
 #: The ``[target] variants`` name of the input-perturbation target.
 INPUT_PERTURBATION = "input-perturbation"
+#: The rows of the attacker's population each attack needs, and what for: shadow models
+#: train on population rows (and see others as non-members); RMIA compares each audited
+#: row with population samples z; "auto" has RMIA among its candidates.
+POPULATION_NEEDED: dict[str, tuple[int, str]] = {
+    "shadow": (2, "it trains its shadow models on them"),
+    "rmia": (1, "its reference samples z"),
+    "rmia-offline": (1, "its reference samples z"),
+    "auto": (1, "RMIA, one of its candidates, compares rows with them"),
+}
+#: ``[target] population_share`` when the file does not say and an attack needs
+#: population rows: half the held-out rows, so the audited rows keep the other half.
+DEFAULT_POPULATION_SHARE = 0.5
 
 
 class MembershipSection(Table):
@@ -195,6 +212,37 @@ class OwnSpec(TargetSpec):
         """The target's key, and RMIA's options only when an RMIA attack runs."""
         rmia = set(RMIA_ATTACKS) & set(self.attacks)
         return self._key_data(set() if rmia else set(_RMIA_OPTIONS))
+
+
+def population_share(target: TargetSection, attacks: Sequence[str]) -> float | None:
+    """The share of a brought target's held-out rows that becomes the attacker's population
+    when no row is left for it: ``[target] population_share``, else
+    :data:`DEFAULT_POPULATION_SHARE` when an attack needs population rows, else ``None``
+    (every row stays audited)."""
+    if target.population_share is not None:
+        return target.population_share
+    if any(a in POPULATION_NEEDED for a in attacks):
+        return DEFAULT_POPULATION_SHARE
+    return None
+
+
+def population_shortfall(attacks: Sequence[str], rows: int) -> str | None:
+    """What the first attack that needs more than ``rows`` population rows says, or ``None``.
+
+    Returns:
+        ``"The shadow attack needs at least 2 rows of the attacker's population (it
+        trains its shadow models on them); this audit leaves 0."``: the callers add what
+        to change.
+    """
+    for attack in attacks:
+        needed, why = POPULATION_NEEDED.get(attack, (0, ""))
+        if rows < needed:
+            row_s = "row" if needed == 1 else "rows"
+            return (
+                f"The {attack} attack needs at least {needed} {row_s} of the attacker's "
+                f"population ({why}); this audit leaves {rows}."
+            )
+    return None
 
 
 def variants(target: TargetSection, training: TrainingSection) -> list[str]:

@@ -174,11 +174,29 @@ def _finite_row(scores: Any, name: str) -> np.ndarray:
 
 
 def target_accuracy(
-    target: Any, X: np.ndarray, y: np.ndarray, membership: np.ndarray
+    target: Any,
+    X: np.ndarray,
+    y: np.ndarray,
+    membership: np.ndarray,
+    *,
+    held_out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, float]:
-    """The target's accuracy on its members and on the non-members among ``(X, y)``."""
+    """The target's accuracy on its members, on the non-members among ``(X, y)`` and on
+    ``held_out`` rows (known never to have trained it), and the majority-class rate of its
+    members: the accuracy a constant guess of their most common label reaches on them.
+
+    Returns:
+        ``{"members", "non_members", "majority_class"}``, and ``"held_out"`` when
+        ``held_out`` holds rows.
+    """
     correct = stack_logits(target, X)[0].argmax(axis=-1) == y
-    return {
+    members = np.asarray(y)[membership]
+    out = {
         "members": float(correct[membership].mean()),
         "non_members": float(correct[~membership].mean()),
+        "majority_class": float(np.bincount(members).max() / members.size),
     }
+    if held_out is not None and held_out[1].size:
+        X_h, y_h = held_out
+        out["held_out"] = float((stack_logits(target, X_h)[0].argmax(axis=-1) == y_h).mean())
+    return out

@@ -75,6 +75,15 @@ def _variant(unit: str) -> str:
     return unit.split("-", 2)[2]
 
 
+def _held_out(target: AuditedTarget) -> tuple[np.ndarray, np.ndarray] | None:
+    """The population rows, which never trained the target; ``None`` for the
+    input-perturbation target, which trains on population rows standing in for non-members."""
+    if target.perturbation is not None:
+        return None
+    rows = target.population
+    return target.dataset.X[rows], target.dataset.y[rows]
+
+
 def own_unit(spec: OwnSpec, unit: str) -> dict[str, np.ndarray]:
     """Train one target variant and score its audited rows with every attack."""
     dataset = load(spec)
@@ -88,6 +97,7 @@ def own_unit(spec: OwnSpec, unit: str) -> dict[str, np.ndarray]:
         rmia_population_samples=spec.rmia_population_samples,
     )
     X, y, coins = target.audited_X, target.audited_y, target.membership
+    held_out = _held_out(target)
     scored = score_rows(
         target.context(device=spec.device), X, y, attacks, seed=spec.seed, names=spec.attacks
     )
@@ -97,7 +107,7 @@ def own_unit(spec: OwnSpec, unit: str) -> dict[str, np.ndarray]:
             | ({"reference_set": s.reference_set} if s.reference_set else {})
             for s in scored
         ],
-        "accuracy": target_accuracy(target.models, X, y, coins),
+        "accuracy": target_accuracy(target.models, X, y, coins, held_out=held_out),
         "data_hash": dataset.data_hash,
     }
     return {

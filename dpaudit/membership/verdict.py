@@ -16,6 +16,14 @@ was announced. Every attack's numbers come from the one summariser,
   does not know how the target was trained); the one-run bound is rigorous only when the
   user states that membership was decided by independent fair coins.
 
+Every target's accuracy (members, non-members, held-out rows, the members' majority-class
+rate) is in its tests' ``target`` details. A target that does no better on its own members
+than a constant guess of their most common label (:mod:`dpaudit.membership.sanity`) is
+named in a warning. A brought one is then not queried as it was trained, so its tests and
+bounds are withheld (none is ever in the verdict): the gate policies that need them are
+not evaluated and fail closed. An own one is queried exactly as dpaudit trained it: its
+tests stand.
+
 Nothing here imports torch.
 """
 
@@ -30,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from dpaudit.kinds.base import KindSummary, Outputs, RunContext
+from dpaudit.membership.sanity import accuracy_problem
 from dpaudit.membership.schema import TRAINS_REFERENCES, MembershipSection
 from dpaudit.membership.stored import has_upper, stored_details, stored_upper, upper_source
 from dpaudit.membership.summary import (
@@ -219,6 +228,48 @@ def _attack_test(
     return summary.with_details(attack=attack, **details), comparisons
 
 
+def _own_warnings(outputs: Outputs, units: list[str]) -> list[str]:
+    """A warning naming each own target that fails
+    :func:`~dpaudit.membership.sanity.accuracy_problem`; its tests stand.
+
+    dpaudit trains its own targets on the very features it queries them with, so their
+    attacks measure the model as trained, however weak it is: a ``dp`` or
+    ``input-perturbation`` target may answer like a constant guess because of its noise
+    (or its randomised labels), a ``plain`` one because its recipe did not train it. The
+    warning says which, so that a weak target's low scores are not read as the privacy
+    of a recipe that trains (a brought target is another matter: see
+    :func:`_brought_summary`).
+    """
+    warnings: list[str] = []
+    for unit in units:
+        part = outputs[unit]
+        problem = accuracy_problem(_info(part)["accuracy"], reported=None)
+        if problem is None:
+            continue
+        variant = unit.split("-", 2)[2]
+        if "noise_multiplier" in part or "perturbation" in part:
+            warnings.append(
+                f"The {variant} target predicts no better than a constant: {problem}. Its "
+                "privacy noise can explain it; its tests stand (they measure the recipe as "
+                "configured)."
+            )
+        else:
+            warnings.append(
+                f"The {variant} target learned nothing: {problem}. Its tests measure a model "
+                "that answers like a constant guess, not what the recipe leaks once it "
+                "trains: train it longer or at another learning rate ([training])."
+            )
+    return warnings
+
+
+#: What a brought target that fails the accuracy check loses, said in its warning.
+_WITHHELD = (
+    "Its membership tests are not evaluated: a [gate] policy that needs them (max_auc, "
+    "max_tpr_at_fpr, max_advantage, max_epsilon_lower_bound) fails unless "
+    "[gate] on_unmeasured = 'warn'."
+)
+
+
 def _own_summary(
     section: MembershipSection,
     context: RunContext,
@@ -227,12 +278,15 @@ def _own_summary(
     *,
     level: float,
 ) -> KindSummary:
-    """Every (variant, attack) of own targets: tests and comparisons."""
+    """Every (variant, attack) of own targets: tests and comparisons, and a warning for
+    each target that does no better than the majority class (:func:`_own_warnings`)."""
     c, delta = context.confidence_level, context.delta
     tests: list[TestSummary] = []
     comparisons: list[Comparison] = []
     data_hash = None
-    uppers = {unit: stored_upper(outputs[unit], delta) for unit in {e.unit for e in found}}
+    units = sorted({e.unit for e in found}, key=lambda u: int(u.split("-")[1]))
+    uppers = {unit: stored_upper(outputs[unit], delta) for unit in units}
+    warnings = _own_warnings(outputs, units)
     for e in found:
         part = outputs[e.unit]
         info = _info(part)
@@ -262,7 +316,8 @@ def _own_summary(
             upper=None if upper is None else upper.epsilon,
             source="none" if upper is None else upper_source(upper),
             in_verdict=e.in_verdict,
-            details=stored_details(part, delta) if last else {},
+            details={"target": {"variant": variant, "accuracy": info["accuracy"]}}
+            | (stored_details(part, delta) if last else {}),
             notes=[],
         )
         if section.headline is not None:
@@ -273,7 +328,9 @@ def _own_summary(
                 test, comps = test.with_details(bounds=bounds), []
         tests.append(test)
         comparisons += comps
-    return KindSummary(tuple(tests), tuple(comparisons), data_hash=data_hash)
+    return KindSummary(
+        tuple(tests), tuple(comparisons), warnings=tuple(warnings), data_hash=data_hash
+    )
 
 
 def _brought_summary(
@@ -286,14 +343,31 @@ def _brought_summary(
     reference_note = references_note(t.references)
     warnings = _brought_warnings(section, context, coin_note)
     what = f"your target ({t.path or t.factory or t.scores})"
-    tests: list[TestSummary] = []
-    comparisons: list[Comparison] = []
-    for e in found:
-        part = outputs[e.unit]
-        info = _info(part)
+    infos = [_info(outputs[e.unit]) for e in found]
+    for info in infos:
         for w in info.get("warnings", []):
             if w not in warnings:
                 warnings.append(w)
+    split = next((i["population_split"] for i in infos if "population_split" in i), None)
+    if split is not None:
+        warnings.append(_split_note(split, by_coin=t.membership_by_coin))
+    # Every unit queried the same target on the same rows: one accuracy (none for scores).
+    accuracy = next((i["accuracy"] for i in infos if "accuracy" in i), None)
+    problem = None if accuracy is None else accuracy_problem(accuracy, reported=t.training_accuracy)
+    if problem is not None:
+        # Not one test of it enters the result, so no gate policy reads its scores;
+        # nothing of a brought target is ever in the verdict, so nothing announced is lost.
+        warnings.append(
+            f"{what[0].upper()}{what[1:]} is not queried as it was trained: {problem}. "
+            f"{_WITHHELD} Check that it receives the features it was trained on ([data] "
+            "features, and [target] preprocess for a transformation such as "
+            "standardisation)."
+        )
+        return KindSummary(warnings=tuple(warnings))
+    tests: list[TestSummary] = []
+    comparisons: list[Comparison] = []
+    for e, info in zip(found, infos, strict=True):
+        part = outputs[e.unit]
         membership = np.asarray(part["membership"], dtype=bool)
         trains = e.attack in TRAINS_REFERENCES
         target = {
@@ -304,6 +378,8 @@ def _brought_summary(
         }
         if "accuracy" in info:
             target["accuracy"] = info["accuracy"]
+        if "population_split" in info:
+            target["population_split"] = info["population_split"]
         scores = np.asarray(part["scores"], dtype=np.float64)
         scored = AttackScores(e.attack, info["options"], scores, 0.0)
         outcome = summarise_attack(
@@ -332,6 +408,22 @@ def _brought_summary(
         tests.append(test)
         comparisons += comps
     return KindSummary(tuple(tests), tuple(comparisons), (), tuple(warnings))
+
+
+def _split_note(split: Mapping[str, Any], *, by_coin: bool) -> str:
+    """What ``[target] population_share`` did to a train/test split, in one line."""
+    note = (
+        f"Every row's membership is 1 or 0 (a train/test split): {split['population']} of "
+        f"the {split['non_members']} non-member rows became the attacker's population by a "
+        f"seeded random split ([target] population_share = {split['share']:g}, seed "
+        f"{split['seed']}) and are not audited"
+    )
+    if by_coin:
+        note += (
+            f"; {split['set_aside']} member rows were set aside unused at the same rate, so "
+            "the audited rows' membership stays fair coins"
+        )
+    return note + "."
 
 
 def _brought_warnings(section: MembershipSection, context: RunContext, coin_note: str) -> list[str]:
