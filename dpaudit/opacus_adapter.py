@@ -2,34 +2,52 @@
 
 The user keeps their function that builds the model, the optimizer and the data loader,
 calls ``PrivacyEngine.make_private`` (or ``make_private_with_epsilon``), runs its loop
-and returns the model::
+and returns the model. It takes its training data as arrays or as a ``Dataset``::
 
     from dpaudit.opacus_adapter import opacus_trainer
 
     @opacus_trainer
-    def train(X, y):
+    def train(X, y):                # float32 features, int64 labels
         ...  # unchanged Opacus code
         return model
 
-and the audit file names it: ``[dpsgd] trainer = "plugins.opacus_loop:train"``. Called as
-``train(X, y)`` the function runs as before; called by dpaudit with the trainer protocol
-of :mod:`dpaudit.trainers` it runs the function once per model (K times per work unit),
-on the model's rows ``X[membership[k]]``, and:
+    @opacus_trainer
+    def main(train_dataset):        # a torch Dataset of (features, label) pairs
+        train_loader = DataLoader(train_dataset, batch_size=BATCH_SIZE)
+        ...  # unchanged Opacus code
+        return model
 
+and the audit file names it: ``[dpsgd] trainer = "plugins.opacus_loop:train"``. A function
+with one required positional parameter receives a ``Dataset``: a ``TensorDataset`` of the
+model's rows, or ``MyDataset(X, y)`` with ``@opacus_trainer(dataset=MyDataset)`` (for
+example to shape rows into images). Called as ``train(X, y)`` or ``main(dataset)`` the
+function runs as before; called by dpaudit with the trainer protocol of
+:mod:`dpaudit.trainers` it runs the function once per model (K times per work unit), on
+the model's rows ``X[membership[k]]``, and:
+
+* **rows**. ``fn(X, y)`` receives dpaudit's rows as they are: for a Dirac canary, with
+  the all-zero feature dpaudit appends last (so its first layer reads ``X.shape[1]``).
+  ``fn(dataset)`` receives them at the data's own width: that all-zero last feature is
+  left out, so a model whose input width is written down (``nn.Linear(30, 16)``) trains
+  unchanged.
 * **canary**. White-box (``canary = "dirac"``): between ``backward()`` and clipping, in
   every step of a model whose dataset holds the canary, an independent coin with the
   loader's q (the ``DPDataLoader``'s ``sample_rate``, or 1/len(loader) as Opacus accounts
   a loader it did not replace) decides whether the canary is in the batch; if so one row
-  is appended to every ``p.grad_sample``: ``CANARY_NORM_FACTOR``·C on the Dirac
+  is appended to every ``p.grad_sample``: ``CANARY_NORM_FACTOR``·C on the canary's
   coordinate and 0 elsewhere. Its norm is far above C on purpose: Opacus' own clipping
   must bring it down to C (a loop that does not clip then shows it at full size), and
   Opacus' own noise is added to it. The canary is one extra record: it is not one of the
-  n rows the loader samples from, so q and the divisor are unchanged. The coordinate is
-  ``canary.direction`` in the order of the optimizer's parameters (for ``nn.Linear(d, c)``
-  weight then bias, dpaudit's layout); dpaudit appends an all-zero feature, so that the
-  canary's coordinate (class 0's weight on it) is touched by no real example.
-  Black-box: the canary record is a row of ``X`` given to the models that hold it, and
-  the score is minus its cross-entropy under the returned model.
+  n rows the loader samples from, so q and the divisor are unchanged.
+* **the canary's coordinate**, read from the user's model, so the audit file need not
+  restate its architecture: the last weight of unit 0 of the optimizer's first parameter
+  (for a first layer ``nn.Linear(d, h)``: unit 0's weight on the last feature, where
+  dpaudit's Dirac ``canary.direction`` points; that direction is used as given when its
+  length is the model's parameter count). No real example touches it: before clipping,
+  the real rows' per-sample gradients there are set to 0 (with dpaudit's all-zero
+  feature they are 0 already), so the privatised sum there is Opacus' noise plus the
+  canary alone. Black-box: the canary record is a row of ``X`` given to the models that
+  hold it, and the score is minus its cross-entropy under the returned model.
 * **seeding**. Model ``g`` (global index) runs under ``torch.manual_seed``, ``random.seed``
   and ``numpy.random.seed`` of a seed derived from (seed, g); with Opacus'
   ``secure_mode=False`` the Poisson sampler and the noise draw from torch's global
@@ -37,7 +55,16 @@ on the model's rows ``X[membership[k]]``, and:
   loader's sampler or the optimizer carries is re-seeded from (seed, g) too. The global
   generators' states are restored afterwards. ``secure_mode=True`` (torchcsprng) cannot be
   seeded: the audit stays valid, it is not reproducible.
-* **warnings**. Each distinct warning is shown once per process, not once per model.
+* **warnings and output**. Each distinct warning is shown once per process, not once per
+  model. What the function prints (stdout and stderr) is captured per model and
+  summarised once per work unit, as one warning (lines, distinct lines, the first).
+* **progress**. One INFO record per trained model on the ``dpaudit.models`` logger
+  (:data:`MODEL_PROGRESS`, ``extra={"models": (done, total)}`` of the work unit): the
+  CLI's plain progress lines count models inside a unit with it. Only progress: nothing
+  the audit computes depends on it.
+* **the accountant, once**. Opacus' σ calibration and its accountants' ``get_epsilon``
+  (0.2 to 0.5 s a call; a tutorial loop prints ε every epoch) are computed once per
+  distinct question and shared by the K runs.
 * **what ran**, read from the Opacus objects, never from the audit file: σ
   (``optimizer.noise_multiplier``, the smallest over the steps), C
   (``optimizer.max_grad_norm``), q (the loader's), the noisy steps taken (counted), the
@@ -57,7 +84,9 @@ on the model's rows ``X[membership[k]]``, and:
 * **grey-box observations** (:class:`dpaudit.greybox.GreyBoxObservations`): per step the
   realised batch size, the largest clipped per-example norm (each example's norm is passed
   through the optimizer's own ``clip_and_accumulate`` on a probe batch), and the
-  privatised sum on a coordinate no example touched.
+  privatised sum on a coordinate no example touched. A white-box run with no such
+  coordinate in its first batch (no all-zero feature) reserves one next to the canary's
+  (unit 1's last weight, else unit 0's second-to-last) as it reserves the canary's.
 
 Options of ``[dpsgd] options`` read here (all optional): ``epsilon`` and ``delta`` (the
 claim), ``sampling_rate``, ``steps``, ``noise_multiplier``, ``clipping_norm`` (what the
@@ -70,12 +99,14 @@ decorated function runs under dpaudit.
 from __future__ import annotations
 
 import functools
+import inspect
+import logging
 import random
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -83,17 +114,32 @@ import torch
 from dpaudit.errors import ConfigError
 from dpaudit.greybox import GreyBoxObservations
 from dpaudit.records import DPSGDRecord
-from dpaudit.trainers import CanarySetup, TrainerOutput, TrainerSettings
+from dpaudit.trainers import CanarySetup, CapturedOutput, TrainerOutput, TrainerSettings
 from dpaudit.upper_bounds import Claim
 from dpaudit.whitebox import mixture_log_likelihood_ratio
 
-__all__ = ["CANARY_NORM_FACTOR", "OpacusTrainer", "opacus_trainer", "opacus_version"]
+__all__ = [
+    "CANARY_NORM_FACTOR",
+    "MODEL_PROGRESS",
+    "OpacusTrainer",
+    "opacus_trainer",
+    "opacus_version",
+]
 
 #: The white-box canary row's norm, in units of the clipping norm C, before clipping.
 CANARY_NORM_FACTOR = 1000.0
 #: Separates the canary coins' stream from the model seeds' under one base seed.
 _STREAM_COINS = 11
 _SEEN_WARNINGS: set[tuple[str, str]] = set()
+#: Progress inside a work unit: one INFO record per trained model, with
+#: ``extra={"models": (done, total)}``. A progress display listens (the CLI's plain lines).
+#: A channel, not a log: its records do not reach the root logger (Opacus configures one
+#: that prints INFO).
+MODEL_PROGRESS = logging.getLogger("dpaudit.models")
+MODEL_PROGRESS.propagate = False
+
+#: ``fn(X_rows, y_rows) -> Dataset``: what a Dataset-taking function receives.
+DatasetFactory = Callable[[np.ndarray, np.ndarray], Any]
 
 
 def opacus_version() -> str:
@@ -107,27 +153,76 @@ def opacus_version() -> str:
     return str(opacus.__version__)
 
 
-def opacus_trainer(fn: Callable[..., Any]) -> OpacusTrainer:
+@overload
+def opacus_trainer(fn: Callable[..., Any], /) -> OpacusTrainer: ...
+
+
+@overload
+def opacus_trainer(
+    *, dataset: DatasetFactory | None = None
+) -> Callable[[Callable[..., Any]], OpacusTrainer]: ...
+
+
+def opacus_trainer(
+    fn: Callable[..., Any] | None = None, /, *, dataset: DatasetFactory | None = None
+) -> OpacusTrainer | Callable[[Callable[..., Any]], OpacusTrainer]:
     """Make an Opacus training function auditable (decorator).
 
     Args:
-        fn: ``fn(X, y) -> model``: builds its model, optimizer and DataLoader from the
-            float32 features ``X`` and int64 labels ``y``, calls
-            ``PrivacyEngine.make_private`` (or ``make_private_with_epsilon``) once, trains,
-            and returns the model (needed for black-box audits).
+        fn: ``fn(X, y) -> model`` (float32 features ``X``, int64 labels ``y``) or
+            ``fn(dataset) -> model`` (one required positional parameter: a torch
+            ``Dataset`` of ``(features, label)`` pairs). It builds its model, optimizer and
+            DataLoader, calls ``PrivacyEngine.make_private`` (or
+            ``make_private_with_epsilon``) once, trains, and returns the model (needed for
+            black-box audits).
+        dataset: for ``fn(dataset)``, the Dataset built from a model's rows, called as
+            ``dataset(X_rows, y_rows)`` (default: a ``TensorDataset``). Used as
+            ``@opacus_trainer(dataset=MyDataset)``.
 
     Returns:
-        A callable that runs ``fn`` unchanged when called as ``fn(X, y)`` and acts as a
+        A callable that runs ``fn`` unchanged when called as ``fn`` is and acts as a
         dpaudit trainer when called with the trainer protocol (see the module docstring).
+
+    Raises:
+        ConfigError: ``dataset`` is given for a function that takes arrays.
     """
-    return OpacusTrainer(fn)
+    if fn is None:
+        return functools.partial(OpacusTrainer, dataset=dataset)
+    return OpacusTrainer(fn, dataset=dataset)
+
+
+def _takes_dataset(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` has exactly one required positional parameter (the Dataset)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a callable without a signature: the (X, y) form
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in parameters if p.kind in positional and p.default is p.empty]
+    return len(required) == 1
+
+
+def _tensor_dataset(X: np.ndarray, y: np.ndarray) -> Any:
+    from torch.utils.data import TensorDataset
+
+    return TensorDataset(
+        torch.from_numpy(np.ascontiguousarray(X)), torch.from_numpy(np.ascontiguousarray(y))
+    )
 
 
 class OpacusTrainer:
     """An Opacus training function wrapped as a dpaudit trainer (see :func:`opacus_trainer`)."""
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
+    def __init__(self, fn: Callable[..., Any], *, dataset: DatasetFactory | None = None) -> None:
         self.fn = fn
+        #: Whether ``fn`` takes a Dataset (else the arrays ``X, y``).
+        self.takes_dataset = _takes_dataset(fn)
+        if dataset is not None and not self.takes_dataset:
+            raise ConfigError(
+                f"opacus_trainer(dataset=...) builds the Dataset a function of one argument "
+                f"trains on; {getattr(fn, '__name__', fn)!r} takes the arrays (X, y)."
+            )
+        self.dataset: DatasetFactory = dataset or _tensor_dataset
         #: The last audited call's white-box transcripts: ``(K, T)`` privatised sums on
         #: the canary's coordinate per model and step (NaN after a model's last step).
         self.transcripts: np.ndarray | None = None
@@ -142,6 +237,10 @@ class OpacusTrainer:
         if "canary" in kwargs and "settings" in kwargs:
             return self.audit(*args, **kwargs)
         return self.fn(*args, **kwargs)
+
+    def _inputs(self, X: np.ndarray, y: np.ndarray) -> tuple[Any, ...]:
+        """The function's arguments for these rows: the arrays, or a Dataset of them."""
+        return (self.dataset(X, y),) if self.takes_dataset else (X, y)
 
     def audit(
         self,
@@ -160,32 +259,67 @@ class OpacusTrainer:
             raise ConfigError("A white-box audit through Opacus needs canary = 'dirac'.")
         if not white and canary.row is None:
             raise ConfigError("A black-box audit through Opacus needs an input-space canary.")
+        # A Dataset-taking function gets the data's own width: the all-zero feature dpaudit
+        # appends for a Dirac canary is left out (the canary's coordinate is reserved by
+        # masking instead, see _clip_step).
+        narrowed = white and self.takes_dataset and X.shape[1] > 1 and not np.any(X[:, -1])
+        features = X[:, :-1] if narrowed else X
+        name = getattr(self.fn, "__name__", repr(self.fn))
+        output = CapturedOutput()
+        canary_x = None
+        if not white:
+            assert canary.row is not None  # checked above
+            with output.capture():
+                canary_x = self._canary_input(features, y, canary.row)
+        total = membership.shape[0]
         runs = []
-        for k in range(membership.shape[0]):
+        for k in range(total):
             g = settings.model_offset + k
             rows = np.asarray(membership[k], dtype=bool)
             run = _Run(
                 canary=canary if white else None,
                 included=bool(canary.included[k]),
                 coins=np.random.default_rng([seed, g, _STREAM_COINS]),
+                width=int(X.shape[1]),
+                by_model=self.takes_dataset,
             )
             model_seed = int(np.random.SeedSequence([seed, g]).generate_state(1)[0])
-            with _seeded(model_seed), _warnings_once(), _intercept(run, model_seed):
-                model = _the_model(self.fn(X[rows], y[rows]))
+            with (
+                _seeded(model_seed),
+                _warnings_once(),
+                output.capture(),
+                _intercept(run, model_seed),
+            ):
+                model = _the_model(self.fn(*self._inputs(features[rows], y[rows])))
             if run.optimizer is None:
                 raise ConfigError(
-                    f"The Opacus trainer {self.fn.__name__!r} never called "
+                    f"The Opacus trainer {name!r} never called "
                     "PrivacyEngine.make_private (or make_private_with_epsilon)."
                 )
-            if not white:
-                run.score = _black_box_score(model, X[canary.row], int(y[canary.row]))
+            if canary_x is not None:
+                run.score = _black_box_score(model, canary_x, int(y[canary.row]))
             runs.append(run)
+            MODEL_PROGRESS.info(
+                "trained model %d of %d", k + 1, total, extra={"models": (k + 1, total)}
+            )
+        summary = output.summary(f"The training function {name!r}", total)
+        if summary is not None:
+            code = getattr(self.fn, "__code__", None)
+            where = (code.co_filename, code.co_firstlineno) if code else (__file__, 0)
+            warnings.warn_explicit(summary, UserWarning, *where)
         if white:
             width = max(r.steps for r in runs)
             self.transcripts = np.array(
                 [r.canary_sums + [np.nan] * (width - r.steps) for r in runs], dtype=np.float64
             )
         return _output(runs, canary, settings.options)
+
+    def _canary_input(self, X: np.ndarray, y: np.ndarray, row: int) -> torch.Tensor:
+        """The canary row as the model takes it: through the Dataset, for that form."""
+        if not self.takes_dataset:
+            return torch.as_tensor(X[row])
+        x = self.dataset(X[row : row + 1], y[row : row + 1])[0][0]
+        return torch.as_tensor(x)
 
 
 # --------------------------------------------------------------------------- one run
@@ -198,6 +332,10 @@ class _Run:
     canary: CanarySetup | None
     included: bool
     coins: np.random.Generator
+    #: The width of dpaudit's rows (before a Dataset-taking function's narrowing).
+    width: int = 0
+    #: Place the canary by the model's structure even when the direction's length fits.
+    by_model: bool = False
     optimizer: Any = None
     engine: Any = None
     sampling_rate: float = float("nan")
@@ -207,6 +345,9 @@ class _Run:
     claim_steps: int | None = None
     canary_coord: tuple[int, int] | None = None
     untouched: tuple[int, int] | None = None
+    #: Coordinates no real example may touch (the canary's, a reserved untouched one):
+    #: the real rows' per-sample gradients there are set to 0 before clipping.
+    reserved: list[tuple[int, int]] = field(default_factory=list)
     batch_sizes: list[int] = field(default_factory=list)
     clipped_max: list[float] = field(default_factory=list)
     untouched_noise: list[float] = field(default_factory=list)
@@ -333,28 +474,41 @@ def _attach(run: _Run, engine: Any, optimizer: Any, loader: Any, model_seed: int
             gen.manual_seed(int(np.random.SeedSequence([model_seed, i]).generate_state(1)[0]))
     params = list(optimizer.params)
     if run.canary is not None:
-        run.canary_coord = _dirac_coordinate(run.canary, params)
+        run.canary_coord = _dirac_coordinate(run, params)
+        run.reserved.append(run.canary_coord)
+    _share_get_epsilon(engine.accountant)
     optimizer.clip_and_accumulate = lambda: _clip_step(run, params)
     optimizer.add_noise = lambda: _noise_step(run, params)
 
 
-def _dirac_coordinate(canary: CanarySetup, params: list[Any]) -> tuple[int, int]:
-    """(parameter index, flat index in it) of the Dirac canary in the optimizer's order."""
-    d = np.asarray(canary.direction)
+def _dirac_coordinate(run: _Run, params: list[Any]) -> tuple[int, int]:
+    """(parameter index, flat index in it) of the Dirac canary in the optimizer's order.
+
+    dpaudit's direction is unit 0's weight on the rows' last feature in dpaudit's layout of
+    ``[dpsgd] model``. When its length is the model's parameter count (and the rows are
+    dpaudit's own), it is used as given; otherwise the same place is read from the user's
+    model: the last weight of unit 0 of the optimizer's first parameter.
+    """
+    assert run.canary is not None  # white-box runs only
+    d = np.asarray(run.canary.direction)
     total = sum(int(p.numel()) for p in params)
     nonzero = np.flatnonzero(d)
-    if d.size != total or nonzero.size != 1:
+    if nonzero.size != 1:
+        raise ConfigError(f"The Dirac canary must have one nonzero coordinate. Got {nonzero.size}.")
+    flat = int(nonzero[0])
+    if d.size == total and not run.by_model:
+        starts = np.cumsum([0] + [int(p.numel()) for p in params])
+        i = int(np.searchsorted(starts, flat, side="right")) - 1
+        return i, flat - int(starts[i])
+    if flat != run.width - 1:
         raise ConfigError(
             f"The Dirac canary has {d.size} coordinates but the Opacus model has {total} "
-            "parameters: set [dpsgd] model (and hidden) to the architecture your function "
-            "builds (dpaudit lays a linear layer out as weight (classes × features), bias)."
+            f"parameters, and its coordinate {flat} is not unit 0's weight on the last of "
+            f"the {run.width} features: the adapter can place only that one on a model "
+            "of another layout."
         )
-    flat = int(nonzero[0])
-    for i, p in enumerate(params):
-        if flat < p.numel():
-            return i, flat
-        flat -= int(p.numel())
-    raise AssertionError("unreachable: the index is below the total")
+    first = params[0]
+    return 0, (int(first[0].numel()) if first.dim() else 1) - 1
 
 
 def _grad_rows(p: Any) -> torch.Tensor:
@@ -365,11 +519,13 @@ def _grad_rows(p: Any) -> torch.Tensor:
 
 
 def _clip_step(run: _Run, params: list[Any]) -> None:
-    """Between backward() and clipping: add the canary row, observe, then clip."""
+    """Between backward() and clipping: keep the real rows off the reserved coordinates,
+    add the canary row, observe, then clip."""
     opt = run.optimizer
     for p in params:
         p.grad_sample = _grad_rows(p)
     rows = int(params[0].grad_sample.shape[0])
+    _mask(run.reserved, params, rows)
     if not run._open:
         run._open, run._batch, run._clipped, run._touched = True, 0, 0.0, False
         sampled = run.included and run.coins.random() < run.sampling_rate
@@ -378,6 +534,11 @@ def _clip_step(run: _Run, params: list[Any]) -> None:
             run._batch += 1
     if run.untouched is None:
         run.untouched = _pick_untouched(run, params, rows)
+        if run.untouched is None and run.canary_coord is not None:
+            run.untouched = _reserve_untouched(run.canary_coord, params)
+            if run.untouched is not None:
+                run.reserved.append(run.untouched)
+                _mask([run.untouched], params, rows)
     if run.untouched is not None:
         i, j = run.untouched
         column = params[i].grad_sample[:rows].reshape(rows, -1)[:, j]
@@ -387,6 +548,27 @@ def _clip_step(run: _Run, params: list[Any]) -> None:
     norms = torch.cat(squares, dim=1).sum(dim=1).sqrt()
     run._clipped = max(run._clipped, _probe_clipping(opt, params, norms))
     type(opt).clip_and_accumulate(opt)
+
+
+def _mask(coordinates: list[tuple[int, int]], params: list[Any], rows: int) -> None:
+    """Set the first ``rows`` (real) per-sample gradients to 0 on these coordinates."""
+    for i, j in coordinates:
+        p = params[i]
+        if not p.grad_sample.is_contiguous():
+            p.grad_sample = p.grad_sample.contiguous()
+        p.grad_sample.view(p.grad_sample.shape[0], -1)[:rows, j] = 0
+
+
+def _reserve_untouched(canary: tuple[int, int], params: list[Any]) -> tuple[int, int] | None:
+    """A coordinate next to the canary's to keep untouched: the same weight of the next
+    unit, else the previous weight of the canary's unit (None if the parameter has no
+    other coordinate)."""
+    i, j = canary
+    p = params[i]
+    unit = int(p[0].numel()) if p.dim() else 1
+    if j + unit < p.numel():
+        return i, j + unit
+    return (i, j - 1) if j >= 1 else None
 
 
 def _append_canary(run: _Run, params: list[Any]) -> None:
@@ -475,14 +657,14 @@ def _the_model(out: Any) -> torch.nn.Module | None:
     return None
 
 
-def _black_box_score(model: torch.nn.Module | None, x: np.ndarray, label: int) -> float:
+def _black_box_score(model: torch.nn.Module | None, x: torch.Tensor, label: int) -> float:
     """Minus the canary's loss under the final model (cross-entropy of its logits)."""
     if model is None:
         raise ConfigError("A black-box audit needs the Opacus function to return its model.")
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        logits = model(torch.as_tensor(x[None, :]))
+        logits = model(x[None])
     model.train(was_training)
     logits = logits.double().reshape(1, -1)
     if logits.shape[1] == 1:  # one logit: binary cross-entropy
@@ -522,16 +704,54 @@ def _record(run: _Run) -> DPSGDRecord:
     )
 
 
-@functools.lru_cache(maxsize=32)
 def _accountant_epsilon(
     mechanism: str, history: tuple[tuple[float, float, int], ...], delta: float
 ) -> float:
     """Opacus' own ε(δ) for an accountant history (cached: every model has the same one)."""
+    return _opacus_epsilon(mechanism, history, (delta,), ())
+
+
+@functools.lru_cache(maxsize=64)
+def _opacus_epsilon(
+    mechanism: str,
+    history: tuple[tuple[float, float, int], ...],
+    args: tuple[Any, ...],
+    kwargs: tuple[tuple[str, Any], ...],
+) -> float:
+    """``get_epsilon(*args, **kwargs)`` of a stock Opacus accountant with this history."""
     from opacus.accountants import create_accountant
 
     accountant = create_accountant(mechanism=mechanism)
     accountant.history = [tuple(h) for h in history]
-    return float(accountant.get_epsilon(delta))
+    return float(accountant.get_epsilon(*args, **dict(kwargs)))
+
+
+def _share_get_epsilon(accountant: Any) -> None:
+    """Answer the run's ``accountant.get_epsilon`` from one cache shared by the K runs.
+
+    Every model of an audit asks the same question (the same σ, q and steps so far), and a
+    loop that prints ε each epoch asks it each epoch: 0.2 to 0.5 s a call. Only Opacus'
+    stock accountants are cached (a subclass may answer differently).
+    """
+    from opacus.accountants import create_accountant
+
+    mechanism = accountant.mechanism()
+    try:
+        stock = type(create_accountant(mechanism=mechanism))
+    except ValueError:
+        return
+    if type(accountant) is not stock:
+        return
+    original = accountant.get_epsilon
+
+    def get_epsilon(*args: Any, **kwargs: Any) -> float:
+        history = tuple((float(s), float(q), int(t)) for s, q, t in accountant.history)
+        try:
+            return _opacus_epsilon(mechanism, history, args, tuple(sorted(kwargs.items())))
+        except TypeError:  # an unhashable argument: ask the accountant itself
+            return float(original(*args, **kwargs))
+
+    accountant.get_epsilon = get_epsilon
 
 
 def _claim(runs: list[_Run], options: dict[str, Any]) -> Claim | None:

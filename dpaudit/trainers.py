@@ -63,8 +63,11 @@ The built-in engine trainers do this with the sampling plan of the spec they run
 
 from __future__ import annotations
 
+import io
 import math
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -79,6 +82,7 @@ from dpaudit.models import ModelSpec, ModelStack
 from dpaudit.plugins import load_plugin
 from dpaudit.recipes import sampling_plan
 from dpaudit.records import DPSGDRecord
+from dpaudit.safe_text import one_line
 from dpaudit.training import GradientCanary, StepInfo, TrainingSpec, train_many
 from dpaudit.upper_bounds import Claim
 from dpaudit.whitebox import WHITE_BOX_SCORES, mixture_log_likelihood_ratio
@@ -86,6 +90,7 @@ from dpaudit.whitebox import WHITE_BOX_SCORES, mixture_log_likelihood_ratio
 __all__ = [
     "TRAINERS",
     "CanarySetup",
+    "CapturedOutput",
     "TrainerOutput",
     "TrainerSettings",
     "canary_observer",
@@ -175,6 +180,65 @@ class TrainerOutput:
 
 
 Trainer = Callable[..., TrainerOutput]
+
+
+class CapturedOutput:
+    """What user code wrote to stdout and stderr while a trainer ran it once per model.
+
+    A user's loop that prints its loss every epoch prints it once per model: hundreds of
+    times in an audit. A trainer that runs user code per model captures each run
+    (:meth:`capture`) and reports the lot once (:meth:`summary`). Lines are counted, not
+    kept: the first line and up to :attr:`MAX_DISTINCT` distinct lines are remembered.
+    A run that raises writes what it printed to the real stderr first, next to its error.
+    """
+
+    #: Distinct lines remembered; past this many, "distinct" is a lower bound.
+    MAX_DISTINCT = 10_000
+    #: Characters of the first line quoted in the summary.
+    QUOTED = 200
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.first: str | None = None
+        self._distinct: set[str] = set()
+
+    @contextmanager
+    def capture(self) -> Iterator[None]:
+        """Capture one run's stdout and stderr (Python-level writes, in order)."""
+        buffer = io.StringIO()
+        try:
+            with redirect_stdout(buffer), redirect_stderr(buffer):
+                yield
+        except BaseException:
+            sys.stderr.write(buffer.getvalue())
+            raise
+        finally:
+            self._add(buffer.getvalue())
+
+    def _add(self, text: str) -> None:
+        # splitlines() also splits on the carriage returns a progress bar redraws with.
+        for line in (line.strip() for line in text.splitlines()):
+            if not line:
+                continue
+            self.lines += 1
+            if self.first is None:
+                self.first = line
+            if len(self._distinct) < self.MAX_DISTINCT:
+                self._distinct.add(line)
+
+    def summary(self, who: str, runs: int) -> str | None:
+        """One line on what ``runs`` runs of ``who`` printed, or ``None`` if nothing."""
+        if self.first is None:
+            return None
+        distinct = len(self._distinct)
+        more = "+" if distinct >= self.MAX_DISTINCT else ""
+        plural = "" if self.lines == 1 else "s"
+        first = one_line(self.first, limit=self.QUOTED)
+        return (
+            f"{who} printed {self.lines} line{plural} ({distinct}{more} distinct) over "
+            f"{runs} model{'' if runs == 1 else 's'}, captured rather than shown; the "
+            f'first: "{first}"'
+        )
 
 
 # ----------------------------------------------------------------------- engine trainers
