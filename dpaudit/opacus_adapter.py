@@ -110,6 +110,17 @@ from typing import Any, overload
 
 import numpy as np
 import torch
+from torch.utils.data import TensorDataset
+
+try:  # an optional extra: the adapter says so, in one line, when a run needs it
+    import opacus
+    import opacus.privacy_engine as engine_module
+    from opacus import PrivacyEngine
+    from opacus.accountants import create_accountant
+    from opacus.accountants.utils import get_noise_multiplier
+    from opacus.optimizers import AdaClipDPOptimizer
+except ImportError:  # pragma: no cover - exercised only without the extra
+    opacus = None
 
 from dpaudit.errors import ConfigError
 from dpaudit.greybox import GreyBoxObservations
@@ -144,12 +155,8 @@ DatasetFactory = Callable[[np.ndarray, np.ndarray], Any]
 
 def opacus_version() -> str:
     """The installed Opacus version (for provenance); a clear error when it is missing."""
-    try:
-        import opacus
-    except ImportError:
-        raise ConfigError(
-            "The Opacus adapter needs Opacus: pip install 'dpaudit[opacus]'."
-        ) from None
+    if opacus is None:
+        raise ConfigError("The Opacus adapter needs Opacus: pip install 'dpaudit[opacus]'.")
     return str(opacus.__version__)
 
 
@@ -203,8 +210,6 @@ def _takes_dataset(fn: Callable[..., Any]) -> bool:
 
 
 def _tensor_dataset(X: np.ndarray, y: np.ndarray) -> Any:
-    from torch.utils.data import TensorDataset
-
     return TensorDataset(
         torch.from_numpy(np.ascontiguousarray(X)), torch.from_numpy(np.ascontiguousarray(y))
     )
@@ -406,8 +411,6 @@ def _warnings_once() -> Iterator[None]:
 @contextmanager
 def _intercept(run: _Run, model_seed: int) -> Iterator[None]:
     """Patch ``PrivacyEngine.make_private`` (and ``_with_epsilon``) for one run."""
-    import opacus.privacy_engine as engine_module
-    from opacus import PrivacyEngine
 
     make_private = PrivacyEngine.make_private
     with_epsilon = PrivacyEngine.make_private_with_epsilon
@@ -447,7 +450,6 @@ def _cached_noise_multiplier(**kwargs: Any) -> float:
 
 @functools.lru_cache(maxsize=32)
 def _noise_multiplier(arguments: tuple[tuple[str, Any], ...]) -> float:
-    from opacus.accountants.utils import get_noise_multiplier
 
     return float(get_noise_multiplier(**dict(arguments)))
 
@@ -608,7 +610,6 @@ def _probe_clipping(opt: Any, params: list[Any], norms: torch.Tensor) -> float:
     norms, as many as the first parameter has coordinates (the canary's row is the
     largest). Adaptive clipping changes state when it clips and is not probed (NaN).
     """
-    from opacus.optimizers import AdaClipDPOptimizer
 
     if norms.numel() == 0:
         return 0.0
@@ -719,7 +720,6 @@ def _opacus_epsilon(
     kwargs: tuple[tuple[str, Any], ...],
 ) -> float:
     """``get_epsilon(*args, **kwargs)`` of a stock Opacus accountant with this history."""
-    from opacus.accountants import create_accountant
 
     accountant = create_accountant(mechanism=mechanism)
     accountant.history = [tuple(h) for h in history]
@@ -733,7 +733,6 @@ def _share_get_epsilon(accountant: Any) -> None:
     loop that prints ε each epoch asks it each epoch: 0.2 to 0.5 s a call. Only Opacus'
     stock accountants are cached (a subclass may answer differently).
     """
-    from opacus.accountants import create_accountant
 
     mechanism = accountant.mechanism()
     try:
