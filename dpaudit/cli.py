@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, suppress
 from importlib import resources
@@ -46,6 +47,7 @@ from dpaudit._version import __version__
 from dpaudit.config import check_runnable, check_safe, load_config, run_context, size_notes
 from dpaudit.errors import DpauditError, check_in_interval
 from dpaudit.kinds import get_kind, kind_names
+from dpaudit.membership.sanity import accuracy_line
 from dpaudit.plugins import guard_user_exit, interrupt_handler
 from dpaudit.recipes import sampling_plan, steps_from_rate
 from dpaudit.safe_text import ASCII_ERRORS, for_xml, one_line
@@ -186,9 +188,35 @@ class PlainProgress:
     """Progress as plain lines: one at start, then at every 10 % or 30 s, and at the end.
 
     For logs that are not a terminal (CI): a bar would print nothing useful there. Each
-    line says the units done, the elapsed time and, once a unit is done, the time left
+    line says the units done, the elapsed time and, once work is done, the time left
     estimated from the pace so far (units take similar time within one kind).
+
+    One unit can take minutes (an Opacus audit of 200 models is one unit), so a unit that
+    trains models may report each one: :meth:`models`, which this calls for every record
+    on the ``dpaudit.models`` logger (the Opacus adapter's, ``extra={"models": (done,
+    total)}``) while a kind's units run. Between units the lines then count the models of
+    the unit in progress, at every 10 % or 30 s of the whole. Units that run in worker
+    processes report nothing here; they count as units.
     """
+
+    #: The logger units report their trained models on (see :meth:`models`).
+    MODELS_LOGGER = "dpaudit.models"
+
+    class _Listener(logging.Handler):
+        """Passes each model record to the progress it belongs to, while that one lives."""
+
+        def __init__(self, owner: PlainProgress) -> None:
+            super().__init__(logging.INFO)
+            self.owner = weakref.ref(owner)
+
+        def emit(self, record: logging.LogRecord) -> None:
+            owner = self.owner()
+            if owner is None:
+                logging.getLogger(PlainProgress.MODELS_LOGGER).removeHandler(self)
+                return
+            models = getattr(record, "models", None)
+            if models is not None:
+                owner.models(*models)
 
     def __init__(
         self,
@@ -202,28 +230,69 @@ class PlainProgress:
         self.every_fraction = every_fraction
         self.every_seconds = every_seconds
         self.clock = clock
-        self._state: dict[str, list[float]] = {}  # description → [done, total, start, last]
+        # description → [units done, total units, start, last line, tenths reached]
+        self._state: dict[str, list[float]] = {}
+        self._current: str | None = None  # the kind whose units are running
+        self._models: tuple[int, int] | None = None  # (done, total) of the unit running
+        self._listener: PlainProgress._Listener | None = None
+        self._level = logging.NOTSET
 
     def __call__(self, description: str, total: int, advance: int) -> None:
         now = self.clock()
         if description not in self._state:
-            self._state[description] = [0.0, float(total), now, now]
+            self._state[description] = [0.0, float(total), now, now, 0.0]
             self.emit(f"{description}: 0/{total} units")
+            self._current, self._models = description, None
+            self._listen(True)
         state = self._state[description]
-        before = state[0]
         state[0] += advance
-        done, total_f, start, last = state
-        crossed = int(done / total_f / self.every_fraction) > int(
-            before / total_f / self.every_fraction
-        )
-        if done >= total_f or crossed or now - last >= self.every_seconds:
+        if advance:
+            self._models = None  # a unit finished: its models now count in the units
+        self._report(description, now)
+        if state[0] >= state[1] and description == self._current:
+            self._current = None
+            self._listen(False)
+
+    def models(self, done: int, total: int) -> None:
+        """The unit in progress has trained ``done`` of its ``total`` models."""
+        if self._current is None or total <= 0:
+            return
+        self._models = (done, total)
+        if done < total:  # the unit's own line follows the last one
+            self._report(self._current, self.clock())
+
+    def _report(self, description: str, now: float) -> None:
+        """Print a line if a tenth was crossed, the interval passed, or all is done."""
+        state = self._state[description]
+        units, total, start, last, tenths = state
+        models = self._models if description == self._current else None
+        work = units + (models[0] / models[1] if models else 0.0)  # in units
+        # 1e-9: 60 of 200 models is the 3rd tenth although 60 / 200 / 0.1 = 2.9999999999999996
+        state[4] = int(work / total / self.every_fraction + 1e-9)
+        if units >= total or state[4] > tenths or now - last >= self.every_seconds:
             state[3] = now
             elapsed = now - start
-            line = f"{description}: {int(done)}/{int(total_f)} units ({done / total_f:.0%}), "
-            line += f"{_duration(elapsed)} elapsed"
-            if 0 < done < total_f:
-                line += f", about {_duration(elapsed / done * (total_f - done))} left"
+            line = f"{description}: {int(units)}/{int(total)} units"
+            if models:
+                line += f", {models[0]}/{models[1]} models"
+            line += f" ({work / total:.0%}), {_duration(elapsed)} elapsed"
+            if 0 < work < total:
+                line += f", about {_duration(elapsed / work * (total - work))} left"
             self.emit(line)
+
+    def _listen(self, on: bool) -> None:
+        """Listen to the units' model records (INFO on the models logger), or stop."""
+        logger = logging.getLogger(self.MODELS_LOGGER)
+        if on and self._listener is None:
+            self._listener = PlainProgress._Listener(self)
+            self._level = logger.level
+            logger.addHandler(self._listener)
+            if not logger.isEnabledFor(logging.INFO):
+                logger.setLevel(logging.INFO)
+        elif not on and self._listener is not None:
+            logger.removeHandler(self._listener)
+            logger.setLevel(self._level)
+            self._listener = None
 
 
 def _duration(seconds: float) -> str:
@@ -259,7 +328,18 @@ def _summary(result: AuditResult) -> None:
         table.add_row(
             Text(one_line(c.test)), name, f"{c.lower.value:.4g}{mark}", upper, tight, validity
         )
-    console.print(table)
+    if shown:
+        console.print(table)
+    said = set()  # one line per target, however many attacks it had
+    for test in result.tests:
+        target = test.details.get("target")
+        accuracy = target.get("accuracy") if isinstance(target, dict) else None
+        if isinstance(target, dict) and accuracy:
+            name = target.get("variant") or target.get("path") or test.label
+            line = f"target accuracy ({name}): {accuracy_line(accuracy)}"
+            if line not in said:
+                said.add(line)
+                console.print(one_line(line), markup=False)
     if hidden:
         console.print(f"({hidden} informational bounds outside the verdict are in the report)")
     for check in result.checks:
@@ -277,7 +357,7 @@ def _summary(result: AuditResult) -> None:
         console.print(f"[yellow]warning[/]: {escape(one_line(w))}")
     colour = "green" if result.verdict == "pass" else "bold red"
     run_dir = Path(str(result.provenance.get("run_dir")))
-    console.print(f"verdict: [{colour}]{result.verdict}[/] (privacy: {result.privacy_verdict})")
+    console.print(f"verdict: [{colour}]{result.verdict}[/] ({escape(one_line(result.headline))})")
     console.print(one_line(f"results: {run_dir / 'results.json'}"), markup=False)
     if (run_dir / "report.html").is_file():
         console.print(one_line(f"report: {run_dir / 'report.html'}"), markup=False)
@@ -491,6 +571,24 @@ def account(
             identification = identify_bracket(bracket, source="this DP-SGD run")
     except DpauditError as exc:
         raise fail(str(exc)) from None
+    # An infinite ε is a finding about the run, stated with its reason, never an error;
+    # so is a run too weakly noised for any PLD, whose ε comes from elsewhere.
+    why_infinite = {
+        kind: (
+            "no finite ε at this δ: δ is below the probability the accountant gives to an "
+            "infinite privacy loss"
+            if kind == "pld"
+            else "no finite ε at this δ: every RDP order is infinite"
+        )
+        for kind, value in eps.items()
+        if math.isinf(value)
+    }
+    if accounting.pld_discretization(event) is None:
+        why_infinite["pld"] = (
+            f"no PLD of this run fits (its privacy losses span more than "
+            f"{accounting.MAX_PLD_SPAN:.0e} nats): the value is the smaller of the RDP "
+            "ε and the exact ε of the same run without subsampling, both upper bounds"
+        )
     if as_json:
         out = {
             "noise_multiplier": noise_multiplier,
@@ -503,26 +601,51 @@ def account(
             },
             "rho": rho,
         }
+        if why_infinite:
+            out["epsilon_reason"] = why_infinite
         if identification is not None:
             out["identification"] = {
                 k: v for k, v in identification.to_dict().items() if k != "bracket"
             }
-        console.print_json(json.dumps(out))
+        # JSON has no infinity: an unbounded value is null, and its reason says why.
+        console.print_json(json.dumps(_json_finite(out), allow_nan=False))
         return
     table = Table(title=f"DP-SGD: σ = {noise_multiplier:g}, q = {q:.6g}, T = {steps}")
     table.add_column("bound")
     table.add_column("value", justify="right")
-    table.add_row(f"ε at δ = {delta:g} (PLD)", f"{eps['pld']:.4f}")
-    table.add_row(f"ε at δ = {delta:g} (RDP)", f"{eps['rdp']:.4f}")
-    table.add_row("μ bracket (GDP measurement)", f"[{bracket.low:.4f}, {bracket.high:.4f}]")
-    table.add_row(
-        "μ bracket covers ε ≤", f"{bracket.epsilon_max:.3f} (beyond: δ ≤ {bracket.tail_delta:.1e})"
-    )
+    for kind in ("pld", "rdp"):
+        value = "∞" if math.isinf(eps[kind]) else f"{eps[kind]:.4f}"
+        table.add_row(f"ε at δ = {delta:g} ({kind.upper()})", value)
+    high = "∞" if not bracket.bounded else f"{bracket.high:.4f}"
+    table.add_row("μ bracket (GDP measurement)", f"[{bracket.low:.4f}, {high}]")
+    if bracket.tail_delta == 0.0:
+        table.add_row("μ bracket covers", "every ε")
+    else:
+        table.add_row(
+            "μ bracket covers ε ≤",
+            f"{bracket.epsilon_max:.3f} (beyond: δ ≤ {bracket.tail_delta:.1e})",
+        )
     if rho is not None:
         table.add_row("ρ-zCDP (full batch)", f"{rho:.4g}")
     console.print(table)
+    for kind, reason in why_infinite.items():
+        value = "∞" if math.isinf(eps[kind]) else f"{eps[kind]:.4f}"
+        console.print(f"ε ({kind.upper()}) = {value}: {reason}.", markup=False)
+    if bracket.reason:
+        console.print(f"μ: {bracket.reason}.", markup=False)
     if identification is not None:
         console.print(identification.summary, markup=False)
+
+
+def _json_finite(value: Any) -> Any:
+    """``value`` with every infinite or NaN float replaced by None (``dpaudit account --json``)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_finite(v) for v in value]
+    return value
 
 
 def _print_composition_comparison(

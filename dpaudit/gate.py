@@ -60,7 +60,9 @@ def _not_evaluated(gate: GateSection, name: str, policy: str, limit: float | Non
     )
 
 
-def _violation_check(gate: GateSection, comparisons: Sequence[Comparison]) -> Check:
+def _violation_check(
+    gate: GateSection, comparisons: Sequence[Comparison], kind_checks: Sequence[Check] = ()
+) -> Check:
     compared = [c for c in comparisons if c.in_verdict]
     bad = [c for c in compared if c.violation]
     if bad:
@@ -71,6 +73,18 @@ def _violation_check(gate: GateSection, comparisons: Sequence[Comparison]) -> Ch
             f"(at {worst.lower.confidence_level:.4g} confidence): the DP claim is false"
         )
         return Check("fail_on_violation", worst.lower.value, worst.upper, False, msg)
+    evaluated = [c for c in kind_checks if c.status != "not-evaluated"]
+    if not compared and evaluated:
+        # No bound, but checks of what ran (a claim against its records, the grey-box
+        # tests) were evaluated: they speak to the policy, each listed with its result.
+        return Check(
+            "fail_on_violation",
+            0.0,
+            0.0,
+            True,
+            f"no lower bound was held against an upper bound; {len(evaluated)} check(s) of "
+            "what ran decide instead (listed beside this one)",
+        )
     if not compared:
         return _not_evaluated(gate, "fail_on_violation", "fail_on_violation", 0.0)
     n = len(compared)
@@ -159,7 +173,7 @@ def evaluate_gate(
     """
     checks: list[Check] = []
     if gate.fail_on_violation:
-        checks.append(_violation_check(gate, comparisons))
+        checks.append(_violation_check(gate, comparisons, kind_checks))
         checks.extend(_kind_check(gate, c) for c in kind_checks)
     if gate.max_epsilon_lower_bound is not None:
         checks.append(_epsilon_check(gate, comparisons, gate.max_epsilon_lower_bound))

@@ -121,15 +121,24 @@ class GDPIdentification:
     def summary(self) -> str:
         """One line in words."""
         b = self.bracket
+        if not b.bounded:
+            return (
+                f"{self.source}: no finite μ-GDP guarantee is certified ({b.reason}); not "
+                f"μ-GDP for μ < {b.low:.6g}"
+            )
         if self.exact:
             head = (
                 f"{self.source}: exactly {self.mu:.6g}-GDP (μ_A(ε) constant to {self.exact_rtol:g})"
             )
+        elif not b.mu_values:
+            head = f"{self.source}: μ-GDP for μ ≥ {b.high:.6g} ({b.reason})"
         else:
             head = (
                 f"{self.source}: μ-GDP for μ ≥ {b.high:.6g} and not for μ < {b.low:.6g}; not "
                 f"exactly GDP (μ_A(ε) ranges over [{self.mu_min:.4g}, {b.low:.4g}])"
             )
+        if b.reason and b.mu_values:
+            head += f" ({b.reason})"
         if self.complete:
             return head + "; the bracket holds for every ε"
         return head + f"; for ε ≤ {b.epsilon_max:.4g} (beyond, δ ≤ {b.tail_delta:.2g})"
@@ -172,13 +181,18 @@ def identify_bracket(
     """
     exact_rtol = check_in_interval("exact_rtol", exact_rtol, 0.0, 1.0)
     mus = np.asarray(bracket.mu_values, dtype=float)
+    if mus.size == 0:
+        # Nothing was measured (the bound came from elsewhere, ``bracket.reason``): no
+        # spread is known, so the profile is not called exact.
+        mus = np.array([bracket.low, bracket.high if bracket.bounded else bracket.low])
     top, bottom = float(mus.max()), float(mus.min())
     spread = (top - bottom) / top if top > 0 else 0.0
     tail = mus[-max(2, mus.size // 10) :]
     # rising beyond the tolerance of `exact`: a PLD profile's discretisation wobbles μ_A
     # by ~1e-8 relative, which is no trend
     rising = bool(tail.size >= 2 and tail[-1] > tail[0] * (1.0 + max(exact_rtol, 1e-9)))
-    exact = spread <= exact_rtol
+    # An unbounded bracket certifies no μ, and an unmeasured one shows no constant μ_A.
+    exact = spread <= exact_rtol and bracket.bounded and bool(bracket.mu_values)
     return GDPIdentification(
         exact=exact,
         mu=bracket.low if exact else bracket.high,

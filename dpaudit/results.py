@@ -43,6 +43,10 @@ class Check:
     #: per-comparison level): it takes one share of the verdict's budget, like an
     #: in-verdict comparison. Deterministic checks take none. Not serialised.
     spends_budget: bool = field(default=False, compare=False)
+    #: What this check failing means, in plain words with its consequence, for the
+    #: verdict's words (:func:`verdict_findings`); "" leaves the wording to the check's
+    #: name. Not serialised in the check: ``results.json``'s ``findings`` carries it.
+    finding: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if not self.status:
@@ -200,12 +204,25 @@ class AuditResult:
     def failed_checks(self) -> tuple[Check, ...]:
         return tuple(c for c in self.checks if not c.passed)
 
+    @property
+    def findings(self) -> tuple[dict[str, Any], ...]:
+        """What failed, one entry per failed check, in words (:func:`verdict_findings`)."""
+        return verdict_findings(self.checks, self.comparisons)
+
+    @property
+    def headline(self) -> str:
+        """The verdict in one line, from what failed (:func:`verdict_headline`)."""
+        return verdict_headline(self.findings, privacy_verdict=self.privacy_verdict)
+
     def to_dict(self) -> dict[str, Any]:
+        findings = self.findings
         return {
             "schema_version": SCHEMA_VERSION,
             "name": self.name,
             "verdict": self.verdict,
             "privacy_verdict": self.privacy_verdict,
+            "headline": verdict_headline(findings, privacy_verdict=self.privacy_verdict),
+            "findings": list(findings),
             "checks": [c.to_dict() for c in self.checks],
             "bounds": [c.to_dict() for c in self.comparisons],
             "tests": _jsonable([t.to_dict() for t in self.tests]),
@@ -218,6 +235,118 @@ class AuditResult:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
+
+
+#: Each kind of finding: its title (the verdict's words lead with it) and whether it
+#: shows the stated privacy false (a privacy violation) or only fails the gate.
+FINDING_KINDS: dict[str, tuple[str, bool]] = {
+    "bound": ("Privacy violation proven", True),
+    "greybox": ("The run did not do what was accounted", True),
+    "claim": ("The claim does not cover what ran", True),
+    "check": ("A check of the audit failed", True),
+    "gate": ("Gate limit exceeded", False),
+    "unmeasured": ("Not evaluated", False),
+}
+
+#: What a failed grey-box check means when the check carries no words of its own.
+_GREYBOX_WORDS = {
+    "greybox_batch_sizes": (
+        "the batch sizes do not vary as Poisson sampling at rate q makes them; the stated ε "
+        "assumes Poisson sampling, so it does not hold for what ran"
+    ),
+    "greybox_clipping": (
+        "per-example gradients were not clipped to C; a record can move an update further "
+        "than accounted, so the stated ε does not hold for what ran"
+    ),
+    "greybox_noise": (
+        "the run added less noise than σC; the stated ε assumes σC, so it does not hold for "
+        "what ran"
+    ),
+    "greybox_steps": (
+        "the models ran other numbers of steps than accounted, so the accountant's ε is not "
+        "that of what ran"
+    ),
+}
+
+
+def verdict_findings(
+    checks: tuple[Check, ...] | list[Check], comparisons: tuple[Comparison, ...] | list[Comparison]
+) -> tuple[dict[str, Any], ...]:
+    """The verdict in words: one finding per failed check, saying what failed and what
+    follows from it.
+
+    Which check failed decides the words: ``fail_on_violation`` failed on a bound (the
+    largest rigorous lower bound above its upper bound is quoted); a grey-box check
+    (``greybox_*``: the run did not do what was accounted); the check of a stated claim
+    against the records of what ran (``claim_vs_records``); another kind's check; a
+    gate limit; or a policy nothing measured (it fails closed). A check's own ``finding``
+    words are used when it carries them.
+
+    Returns:
+        Entries ``{"check", "kind", "title", "privacy", "statement"}`` in check order:
+        ``kind`` a key of :data:`FINDING_KINDS`, ``privacy`` whether it shows the stated
+        privacy false, ``statement`` one sentence.
+    """
+    out = []
+    for c in checks:
+        if c.passed:
+            continue
+        kind, statement = _finding(c, comparisons)
+        title, privacy = FINDING_KINDS[kind]
+        out.append(
+            {
+                "check": c.name,
+                "kind": kind,
+                "title": title,
+                "privacy": privacy,
+                "statement": statement,
+            }
+        )
+    return tuple(out)
+
+
+def _finding(c: Check, comparisons: tuple[Comparison, ...] | list[Comparison]) -> tuple[str, str]:
+    """(kind, statement) of one failed check."""
+    if c.status == "not-evaluated":
+        return "unmeasured", f"{c.name}: {c.message}"
+    if c.name == "fail_on_violation":
+        bad = [x for x in comparisons if x.violation]
+        if not bad:
+            return "bound", c.message
+        worst = max(bad, key=lambda x: x.lower.value - (x.upper or 0.0))
+        symbol = "ε" if worst.parameter == "epsilon" else "μ"
+        more = f" ({len(bad) - 1} more bound(s) also exceed theirs)" if len(bad) > 1 else ""
+        validity = worst.lower.validity.replace("rigorous-", "rigorous ")
+        return "bound", (
+            f"a rigorous empirical lower bound exceeds its upper bound: {symbol} ≥ "
+            f"{worst.lower.value:.4g} in {worst.test} ({validity}, "
+            f"{100 * worst.lower.confidence_level:.4g} % confidence) against the "
+            f"{worst.upper_source} upper bound {worst.upper:.4g}{more}, so the stated "
+            "differential-privacy guarantee is false at the stated confidence"
+        )
+    if c.name.startswith("greybox_"):
+        return "greybox", c.finding or _GREYBOX_WORDS.get(c.name, c.message)
+    if c.name == "claim_vs_records":
+        return "claim", c.finding or c.message
+    if c.spends_budget or c.finding:
+        return "check", c.finding or f"{c.name}: {c.message}"
+    if c.name.startswith("max_"):
+        return "gate", f"{c.message}: the release gate's limit {c.name} is exceeded"
+    return "check", f"{c.name}: {c.message}"
+
+
+def verdict_headline(
+    findings: tuple[dict[str, Any], ...] | list[dict[str, Any]], *, privacy_verdict: str
+) -> str:
+    """The verdict in one line: ``privacy: consistent`` when nothing failed, else the
+    first finding (privacy findings first) as "title: statement", and how many more."""
+    if not findings:
+        return f"privacy: {privacy_verdict}"
+    ordered = sorted(findings, key=lambda f: not f["privacy"])
+    first = ordered[0]
+    more = len(ordered) - 1
+    tail = f" (and {more} more failed check{'s' if more > 1 else ''})" if more else ""
+    return f"{first['title']}: {first['statement']}{tail}"
 
 
 def gdp_implied_comparison(

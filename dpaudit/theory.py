@@ -30,6 +30,7 @@ __all__ = [
     "compose_zcdp",
     "discrete_profile",
     "dp_attribute_advantage_bound",
+    "exact_gdp_bracket",
     "full_batch_zcdp",
     "gaussian_sigma",
     "gaussian_zcdp",
@@ -666,13 +667,15 @@ Profile = Callable[[NDArray[np.float64]], ArrayLike]
 
 
 def _gdp_log_delta_vec(eps: NDArray[np.float64], mu: NDArray[np.float64]) -> NDArray:
-    """log δ_μ(ε), elementwise, for ε > 0 and μ > 0 (finite where δ underflows)."""
+    """log δ_μ(ε), elementwise, for ε > 0 and μ > 0 (finite where δ underflows; −inf
+    where even log Φ(−ε/μ + μ/2) does, for μ so small that ε/μ overflows its square)."""
     a = -eps / mu + mu / 2.0
     b = -eps / mu - mu / 2.0
     log_pa = special.log_ndtr(a)
-    diff = eps + special.log_ndtr(b) - log_pa
-    with np.errstate(divide="ignore"):
-        return log_pa + np.log(-np.expm1(np.minimum(diff, -1e-300)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        diff = eps + special.log_ndtr(b) - log_pa
+        out = log_pa + np.log(-np.expm1(np.minimum(diff, -1e-300)))
+    return np.where(np.isneginf(log_pa), -np.inf, out)
 
 
 def _gdp_mu_vec(
@@ -682,11 +685,17 @@ def _gdp_mu_vec(
 
     ``upper=True`` returns the bisection's upper end, a μ with δ_μ(ε) ≥ δ as evaluated
     in floating point: the rounding then never makes an upper bound too small.
-    δ ≥ 1 gives inf (no μ reaches it); δ ≤ 0 gives 0.
+    δ ≤ 0 gives 0. δ ≥ 1 gives inf with ``upper=True`` (no μ reaches it) and, with
+    ``upper=False``, the μ of the largest double below 1: a profile that rounds to 1 was
+    at least that before rounding. A μ beyond ``_MU_MAX`` is inf with ``upper=True`` (the
+    search does not go further, so no finite upper end is known) and ``_MU_MAX`` with
+    ``upper=False`` (a lower end).
     """
     eps = np.asarray(eps, dtype=float)
     delta = np.asarray(delta, dtype=float)
     eps, delta = np.broadcast_arrays(eps, delta)
+    if not upper:
+        delta = np.minimum(delta, np.nextafter(1.0, 0.0))
     out = np.zeros(eps.shape)
     at_zero = (eps == 0.0) & (delta > 0) & (delta < 1)
     # ε = 0: δ_μ(0) = erf(μ/(2√2)) inverts exactly
@@ -697,12 +706,15 @@ def _gdp_mu_vec(
         e, log_d = eps[todo], np.log(delta[todo])
         lo = np.full(e.shape, math.log(1e-300))
         hi = np.full(e.shape, math.log(_MU_MAX))
+        with np.errstate(invalid="ignore"):
+            beyond = ~(_gdp_log_delta_vec(e, np.full(e.shape, _MU_MAX)) >= log_d)
         for _ in range(110):  # interval width 700 in log μ: 2^-110·700 < 1e-30
             mid = 0.5 * (lo + hi)
             above = _gdp_log_delta_vec(e, np.exp(mid)) >= log_d
             hi = np.where(above, mid, hi)
             lo = np.where(above, lo, mid)
-        out[todo] = np.exp(hi if upper else lo)
+        found = np.exp(hi if upper else lo)
+        out[todo] = np.where(beyond, math.inf if upper else _MU_MAX, found)
     return out
 
 
@@ -743,18 +755,28 @@ class MuBracket:
     tail_delta: float
     grid: tuple[float, ...] = field(repr=False)
     mu_values: tuple[float, ...] = field(repr=False)
+    #: Why ``high`` is not the measurement's own finite bound: why it is infinite (no
+    #: finite μ could be certified), or where it comes from instead; "" otherwise.
+    reason: str = ""
 
     def __contains__(self, mu: object) -> bool:
         return isinstance(mu, int | float) and self.low <= float(mu) <= self.high
 
     @property
+    def bounded(self) -> bool:
+        """Whether a finite μ was certified (``high`` finite)."""
+        return math.isfinite(self.high)
+
+    @property
     def relative_margin(self) -> float:
         """(high − low) / high, the margin as a fraction of the upper bound."""
+        if not self.bounded:
+            return 1.0
         return self.margin / self.high if self.high > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (the grid and μ values included)."""
-        return {
+        """JSON-ready dict (the grid and μ values included; ``reason`` when unbounded)."""
+        out: dict[str, Any] = {
             "low": self.low,
             "high": self.high,
             "tail_mu": self.tail_mu,
@@ -764,6 +786,33 @@ class MuBracket:
             "grid": list(self.grid),
             "mu_values": list(self.mu_values),
         }
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+def exact_gdp_bracket(mu: float) -> MuBracket:
+    """The bracket of a mechanism known to be exactly μ-GDP: [μ, μ] for every ε.
+
+    For a closed-form guarantee (T Gaussian steps of noise multiplier σ are exactly
+    √T/σ-GDP) nothing needs measuring; :func:`gdp_bracket` on its profile agrees while
+    δ_μ(0) = erf(μ/(2√2)) is resolved in double precision, and returns no finite bound
+    once it rounds to 1 (μ ≳ 17).
+
+    References:
+        Dong, Roth, Su 2019, Cor. 3.3 (composition of Gaussian mechanisms is exactly GDP).
+    """
+    mu = check_in_interval("mu", mu, 0.0, math.inf, high_open=True)
+    return MuBracket(
+        low=mu,
+        high=mu,
+        tail_mu=mu,
+        margin=0.0,
+        epsilon_max=math.inf,
+        tail_delta=0.0,
+        grid=(0.0,),
+        mu_values=(mu,),
+    )
 
 
 def _eval_profile(profile: Profile, eps: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -848,7 +897,9 @@ def gdp_bracket(
         cell_high = _gdp_mu_vec(grid[1:], deltas[:-1], upper=True)
         low = float(mus.max())
         flagged = np.nonzero(cell_high > low * (1.0 + rtol))[0]
-        if flagged.size == 0 or _ == max_rounds:
+        # An unbounded cell stays unbounded however it is split (its left end rounds to
+        # δ = 1, or its μ is beyond the search): refining would only multiply points.
+        if flagged.size == 0 or _ == max_rounds or not np.all(np.isfinite(cell_high)):
             break
         frac = np.arange(1, refine) / refine
         new = (grid[flagged, None] + frac[None, :] * np.diff(grid)[flagged, None]).ravel()
@@ -859,7 +910,8 @@ def gdp_bracket(
         deltas = np.concatenate([deltas, new_deltas])[order]
     high = float(max(cell_high.max() if cell_high.size else 0.0, low))
     if grid.size == 1:  # ε_max = 0: the single point ε = 0 is the whole range
-        high = float(_gdp_mu_vec(grid, deltas, upper=True).max())
+        cell_high = _gdp_mu_vec(grid, deltas, upper=True)
+        high = float(cell_high.max())
     return MuBracket(
         low=low,
         high=high,
@@ -869,6 +921,27 @@ def gdp_bracket(
         tail_delta=float(deltas[-1]) + 0.0,  # + 0.0 turns -0.0 into 0.0
         grid=tuple(float(x) for x in grid),
         mu_values=tuple(float(x) for x in mus),
+        reason=_unbounded_reason(grid, deltas, cell_high),
+    )
+
+
+def _unbounded_reason(
+    grid: NDArray[np.float64], deltas: NDArray[np.float64], cell_high: NDArray[np.float64]
+) -> str:
+    """Why a measurement certified no finite μ ("" when it did)."""
+    unbounded = np.nonzero(~np.isfinite(cell_high))[0]
+    if unbounded.size == 0:
+        return ""
+    i = int(unbounded[0])
+    if deltas[i] >= 1.0:
+        return (
+            f"the privacy profile is 1 to double precision at ε = {grid[i]:.4g} (the two "
+            "output laws barely overlap), so the measurement certifies no finite μ"
+        )
+    right = grid[min(i + 1, grid.size - 1)]
+    return (
+        f"the profile needs μ above {_MU_MAX:g} near ε = {right:.4g}, beyond what the "
+        "measurement searches, so it certifies no finite μ"
     )
 
 

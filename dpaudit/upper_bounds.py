@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpaudit.records import DPSGDRecord
-from dpaudit.theory import gdp_epsilon, mu_from_pure_dp, zcdp_to_dp
+from dpaudit.theory import full_batch_zcdp, gdp_epsilon, mu_from_pure_dp, zcdp_to_dp
 
 __all__ = [
     "RECORD_KEYS",
     "Claim",
+    "ClaimCheck",
     "UpperBound",
+    "check_claim",
     "from_claim",
     "from_records",
 ]
@@ -190,3 +192,194 @@ def from_claim(claim: Claim, delta: float, *, source: str = "trainer claim") -> 
     else:
         mu_upper = None
     return UpperBound(eps_upper, eps_delta, mu_upper, source, {"claim": claim.to_dict()})
+
+
+# ---------------------------------------------------------------------- claim vs records
+
+
+@dataclass(frozen=True)
+class ClaimCheck:
+    """A stated claim held against the tight accountant of what ran.
+
+    Deterministic: a function of the claim and the records alone, so it cannot fail by
+    chance and takes no share of a verdict's confidence budget.
+
+    Attributes:
+        holds: False when what ran provably allows more than the claim states: its
+            lower estimate (``floor``) is above the stated value.
+        parameter: what decided: ``"epsilon"``, ``"mu"`` or ``"rho"``.
+        stated: the value the claim states (for a ρ claim, the ε it gives at ``delta``).
+        floor: what ran has at least (the optimistic PLD; exact for full batch).
+        ran: what ran has by the PLD accountant (an upper bound; exact for full batch).
+        delta: the δ of ``stated``, ``floor`` and ``ran`` (ε only).
+        record: the record that decided (the one with the largest ``floor``).
+        message: one line in words.
+    """
+
+    holds: bool
+    parameter: str
+    stated: float
+    floor: float
+    ran: float
+    delta: float | None
+    record: DPSGDRecord
+    message: str
+
+
+def check_claim(claim: Claim, records: Iterable[DPSGDRecord], *, delta: float) -> ClaimCheck | None:
+    """Hold a claim against what ran: is it at least what the records' accountant gives?
+
+    Every model must meet the claim, so the record whose lower estimate is largest
+    decides. A claim fails only when what ran is provably above it: above the optimistic
+    PLD's value (:func:`dpaudit.accounting.epsilon_floor`,
+    :func:`dpaudit.accounting.mu_floor`), which rounds every privacy loss down; a claim
+    between that and the (pessimistic) accountant's value is not refuted. Each part of the
+    claim is held on its own terms:
+
+    - ε at δ' > 0: against ε(δ') of what ran. At δ' = 0 (pure DP) Gaussian noise is
+      ε-DP for no finite ε, so a finite pure claim fails.
+    - μ: against the smallest μ for which what ran is μ-GDP, measured down to δ = 1e-10
+      (√T/σ exactly for full batch).
+    - ρ (zCDP): full batch is exactly T/(2σ²)-zCDP (its Rényi divergence of order α is
+      αT/(2σ²)), so a smaller ρ fails; a subsampled run is held at ``delta`` through the
+      (ε, δ) the claim implies, ρ + 2√(ρ ln(1/δ)) (Bun, Steinke 2016, Prop. 1.3).
+
+    Args:
+        claim: what is stated (the weakest claim over the models).
+        records: what ran, one per model.
+        delta: the audit's δ (for a ρ claim).
+
+    Returns:
+        The check of the first part that fails, else of the first part checked; ``None``
+        when the claim states nothing finite to check (ε = ∞, no μ, no ρ).
+    """
+    runs = sorted(
+        {
+            DPSGDRecord(
+                noise_multiplier=r.noise_multiplier,
+                sampling_rate=r.sampling_rate,
+                steps=int(r.steps),
+                clipping_norm=r.clipping_norm,
+                sampling=r.sampling,
+            )
+            for r in records
+        },
+        key=lambda r: (r.noise_multiplier, r.sampling_rate, r.steps, r.clipping_norm),
+    )
+    if not runs:
+        raise ValueError("check_claim needs at least one record")
+    checks: list[ClaimCheck] = []
+    if claim.epsilon is not None and math.isfinite(claim.epsilon):
+        checks.append(_check_epsilon(claim.epsilon, claim.delta, runs))
+    if claim.mu is not None and math.isfinite(claim.mu):
+        checks.append(_check_mu(claim.mu, runs))
+    if claim.rho is not None and math.isfinite(claim.rho):
+        checks.append(_check_rho(claim.rho, runs, delta))
+    failed = [c for c in checks if not c.holds]
+    return (failed or checks)[0] if checks else None
+
+
+def _ran(record: DPSGDRecord) -> str:
+    """What ran, in a few words: "σ 0.22, q 0.0435, 69 steps"."""
+    batch = "full batch" if _full_batch(record) else f"q {record.sampling_rate:.3g}"
+    return f"σ {record.noise_multiplier:.3g}, {batch}, {record.steps} steps"
+
+
+def _full_batch(record: DPSGDRecord) -> bool:
+    return record.sampling == "full-batch" or record.sampling_rate == 1.0
+
+
+def _verdict(
+    parameter: str,
+    symbol: str,
+    stated: float,
+    at: str,
+    worst: tuple[float, float, DPSGDRecord],
+    delta: float | None,
+    claimed: str,
+) -> ClaimCheck:
+    """The check of one part of a claim from the deciding record's (floor, ran, record)."""
+    floor, ran, record = worst
+    what = f"what ran ({_ran(record)}) has {symbol} = {ran:.4g}{at} by the PLD accountant"
+    if _full_batch(record):
+        what = f"what ran ({_ran(record)}) has {symbol} = {ran:.4g}{at} exactly"
+    # A relative 1e-9 absorbs the rounding of a claim computed by other arithmetic
+    # (√T/σ as T**0.5/σ): exact values (full batch) must not fail on their last bit.
+    holds = not floor > stated * (1.0 + 1e-9)
+    if holds and ran <= stated:
+        message = f"the claim ({claimed}) covers what ran ({_ran(record)}: {symbol} = {ran:.4g})"
+    elif holds:
+        message = (
+            f"the claim ({claimed}) is below what ran has by the PLD accountant ({symbol} = "
+            f"{ran:.4g}) but not below its lower estimate ({floor:.4g}), so it is not refuted"
+        )
+    else:
+        at_least = "" if f"{floor:.4g}" == f"{ran:.4g}" else f" (at least {floor:.4g})"
+        message = f"the claim states {claimed}; {what}{at_least}, so the claim does not hold"
+    return ClaimCheck(holds, parameter, stated, floor, ran, delta, record, message)
+
+
+def _check_epsilon(stated: float, claim_delta: float, runs: list[DPSGDRecord]) -> ClaimCheck:
+    if claim_delta == 0.0:
+        # Gaussian noise has an unbounded privacy loss: δ(ε) > 0 for every finite ε.
+        record = runs[0]
+        return ClaimCheck(
+            False,
+            "epsilon",
+            stated,
+            math.inf,
+            math.inf,
+            0.0,
+            record,
+            f"the claim states ε = {stated:.4g} at δ = 0 (pure DP); what ran ({_ran(record)}) "
+            "adds Gaussian noise, which is ε-DP at δ = 0 for no finite ε, so the claim does "
+            "not hold",
+        )
+    worst = max((_epsilon_values(r, claim_delta, stated) for r in runs), key=lambda x: x[0])
+    claimed = f"ε = {stated:.4g} at δ = {claim_delta:g}"
+    return _verdict("epsilon", "ε", stated, " at that δ", worst, claim_delta, claimed)
+
+
+def _epsilon_values(
+    record: DPSGDRecord, delta: float, stated: float
+) -> tuple[float, float, DPSGDRecord]:
+    """(floor, accountant value, record) of ε(δ) for one record."""
+    from dpaudit.accounting import epsilon, epsilon_floor
+
+    if _full_batch(record):
+        exact = _full_batch_epsilon(record, delta)
+        return exact, exact, record
+    return epsilon_floor(record, delta=delta, above=stated), epsilon(record, delta=delta), record
+
+
+def _full_batch_epsilon(record: DPSGDRecord, delta: float) -> float:
+    # Exactly √T/σ-GDP (Dong, Roth, Su 2019, Cor. 3.3): its ε(δ) is exact.
+    return gdp_epsilon(math.sqrt(record.steps) / record.noise_multiplier, delta)
+
+
+def _check_mu(stated: float, runs: list[DPSGDRecord]) -> ClaimCheck:
+    from dpaudit.accounting import mu_bracket, mu_floor
+
+    def values(r: DPSGDRecord) -> tuple[float, float, DPSGDRecord]:
+        if _full_batch(r):
+            mu = math.sqrt(r.steps) / r.noise_multiplier
+            return mu, mu, r
+        return mu_floor(r), mu_bracket(r).high, r
+
+    worst = max((values(r) for r in runs), key=lambda x: x[0])
+    return _verdict("mu", "μ", stated, "", worst, None, f"μ = {stated:.4g}")
+
+
+def _check_rho(stated: float, runs: list[DPSGDRecord], delta: float) -> ClaimCheck:
+    if all(_full_batch(r) for r in runs):
+        rhos = [
+            (full_batch_zcdp(noise_multiplier=r.noise_multiplier, steps=r.steps), r) for r in runs
+        ]
+        rho, record = max(rhos, key=lambda x: x[0])
+        worst = (rho, rho, record)
+        return _verdict("rho", "ρ", stated, "", worst, None, f"ρ = {stated:.4g} (zCDP)")
+    # A subsampled run has no closed-form ρ: hold the (ε, δ) the claim implies.
+    implied = zcdp_to_dp(stated, delta)
+    worst = max((_epsilon_values(r, delta, implied) for r in runs), key=lambda x: x[0])
+    claimed = f"ρ = {stated:.4g} (zCDP), i.e. ε = {implied:.4g} at δ = {delta:g}"
+    return _verdict("rho", "ε", implied, " at that δ", worst, delta, claimed)

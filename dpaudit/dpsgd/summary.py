@@ -8,6 +8,12 @@ says it RAN (its DPSGDRecords through the accountant, or its Claim, or both:
 (:mod:`dpaudit.dpsgd.one_run`), and the grey-box tests of the run's internals
 (:mod:`dpaudit.greybox`) become gate checks.
 
+When the trainer states a claim beside its records of what ran, the claim is held
+against the tight accountant of those records (:func:`dpaudit.upper_bounds.check_claim`):
+a claim below what ran allows is a failed check from the records alone, which cannot
+fail by chance and takes no share of the budget. With it, even one model per arm decides
+something: too few models for any canary bound leave the bounds out, not the audit.
+
 What enters the verdict is decided once, by :func:`in_verdict`: the kind's
 ``comparisons`` counts that list before any bound is computed, and :func:`summarise`
 puts exactly the listed comparisons and checks into the verdict.
@@ -19,7 +25,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +53,7 @@ from dpaudit.results import (
     score_summary,
     theory_curves,
 )
-from dpaudit.upper_bounds import Claim, UpperBound, from_claim, from_records
+from dpaudit.upper_bounds import Claim, UpperBound, check_claim, from_claim, from_records
 
 __all__ = ["StoredUnits", "in_verdict", "read_units", "summarise"]
 
@@ -55,6 +61,8 @@ __all__ = ["StoredUnits", "in_verdict", "read_units", "summarise"]
 _NOT_DPSGD = ("output-perturbation", "multiparty", "multiparty-gradient", "plain")
 #: The names :func:`in_verdict` gives the many-run and one-run comparisons.
 _MANY_EPSILON, _MANY_MU, _ONE_RUN_EPSILON = "many-run epsilon", "many-run mu", "one-run epsilon"
+#: The gate check of a stated claim against what ran (deterministic, no budget share).
+CLAIM_CHECK = "claim_vs_records"
 
 
 @dataclass(frozen=True)
@@ -67,24 +75,66 @@ class StoredUnits:
         upper: the upper bound read from what the many-run models ran (``None`` without
             many-run units).
         greybox: every grey-box test of the many-run units.
+        canary_bounds: whether the many-run canary bounds are computed: False only when
+            the models per arm are too few for any bound above 0 and a stated claim is
+            held against the records instead (:func:`_too_few_for_a_bound`).
     """
 
     many: tuple[Mapping[str, np.ndarray], ...]
     one: Mapping[str, np.ndarray] | None
     upper: UpperBound | None
     greybox: tuple[GreyBoxTest, ...]
+    canary_bounds: bool = True
+
+    @property
+    def claim_and_records(self) -> bool:
+        """Whether the units carry both records of what ran and a stated claim."""
+        return bool(self.many) and "claim" in self.many[0] and "noise_multiplier" in self.many[0]
+
+    @property
+    def trials_per_arm(self) -> int:
+        """The fewer of the two arms' models (0 without many-run units)."""
+        if not self.many:
+            return 0
+        inc = np.concatenate([p["included"] for p in self.many]).astype(bool)
+        return int(min(inc.sum(), (~inc).sum()))
 
 
 def read_units(s: DpsgdSection, outputs: Outputs, *, delta: float) -> StoredUnits:
     """Split the stored units into the many-run and one-run ones; read their upper bound
     and grey-box tests."""
     many = [outputs[u] for u in sorted(outputs) if u != ONE_RUN_UNIT]
-    return StoredUnits(
+    stored = StoredUnits(
         tuple(many),
         outputs.get(ONE_RUN_UNIT),
         _many_run_upper(many, delta),
         _greybox_tests(s, many),
     )
+    if stored.claim_and_records and _too_few_for_a_bound(s, stored.trials_per_arm, delta):
+        return replace(stored, canary_bounds=False)
+    return stored
+
+
+def _too_few_for_a_bound(s: DpsgdSection, trials: int, delta: float) -> bool:
+    """Whether ``trials`` models per arm can give no canary ε bound above 0 at any
+    confidence level of 0.5 or more, whatever the attack.
+
+    The rule of :func:`dpaudit.bounds.minimum_trials` on the trials that are counted
+    (half of them with ``threshold = "split"``; all with ``"bonferroni"``, each rate at
+    1 − (1 − c)/(2(n + 1))): zero errors in n give the upper limit u = 1 − a^(1/n), and
+    the bound is positive iff 1 − δ − u > u. At c = 0.5, the least confidence a verdict
+    would state, a design this small proves nothing at any higher c either, so it is
+    decided without knowing the verdict's per-bound level.
+    """
+    if s.threshold == "split":
+        counted, tests = trials - round(0.5 * trials), 1
+        if min(counted, trials - counted) < 1:
+            return True
+    else:
+        counted, tests = trials, trials + 1
+    a = 0.5 / (2.0 * tests)
+    u = 1.0 - a ** (1.0 / max(counted, 1))
+    return not 1.0 - delta - u > u
 
 
 def in_verdict(stored: StoredUnits) -> tuple[str, ...]:
@@ -94,7 +144,7 @@ def in_verdict(stored: StoredUnits) -> tuple[str, ...]:
     the verdict exactly what it lists.
     """
     listed: list[str] = []
-    if stored.upper is not None:
+    if stored.upper is not None and stored.canary_bounds:
         # An infinite claim (the plain trainer's ε = ∞) can never be violated: it is
         # reported but kept out of the verdict, so it takes no share of the budget.
         listed += [_MANY_EPSILON] if stored.upper.epsilon_finite else []
@@ -119,7 +169,13 @@ def summarise(
     tests: list[TestSummary] = []
     warnings: list[str] = []
     upper = stored.upper
-    if upper is not None:
+    if upper is not None and not stored.canary_bounds:
+        warnings.append(
+            f"{_label(s)}: {stored.trials_per_arm} model(s) per arm are too few for any "
+            "canary bound above 0, so none is computed; the stated claim is held against "
+            f"the records of what ran ({CLAIM_CHECK})."
+        )
+    elif upper is not None:
         scores = np.concatenate([p["scores"] for p in stored.many])
         inc = np.concatenate([p["included"] for p in stored.many]).astype(bool)
         neg, pos = scores[~inc], scores[inc]
@@ -168,7 +224,7 @@ def summarise(
         )
     checks = tuple(
         _greybox_check(t, 1.0 - level, in_verdict=t.check in verdict) for t in stored.greybox
-    )
+    ) + _claim_check(stored, delta)
     return KindSummary(
         tuple(tests), tuple(comparisons), (), tuple(warnings), _data_hash(s), checks=checks
     )
@@ -177,7 +233,32 @@ def summarise(
 # ----------------------------------------------------------------------- upper bounds
 
 
-def _claim_upper(parts: Sequence[Mapping[str, np.ndarray]], delta: float) -> UpperBound:
+def _claim_check(stored: StoredUnits, delta: float) -> tuple[Check, ...]:
+    """The stated claim held against what ran, as a deterministic gate check (none when
+    the units carry no claim beside their records, or the claim states nothing finite).
+
+    Its value is what ran has at least, its limit what the claim states: it fails when
+    the value is above the limit (:func:`dpaudit.upper_bounds.check_claim`).
+    """
+    if not stored.claim_and_records:
+        return ()
+    found = check_claim(
+        _stored_claim(stored.many), DPSGDRecord.from_arrays(stored.many), delta=delta
+    )
+    if found is None:
+        return ()
+    finding = (
+        ""
+        if found.holds
+        else f"{found.message} (read from the run's own records, not from an attack: it "
+        "needs no trials and cannot be chance)"
+    )
+    message = f"{found.message} (deterministic)"
+    return (Check(CLAIM_CHECK, found.floor, found.stated, found.holds, message, finding=finding),)
+
+
+def _stored_claim(parts: Sequence[Mapping[str, np.ndarray]]) -> Claim:
+    """The claim the units store: the weakest over them (it must cover every model)."""
     # (ε, δ, μ, ρ) per unit; units stored before ρ claims existed hold the first three.
     claims = np.concatenate(
         [
@@ -195,13 +276,16 @@ def _claim_upper(parts: Sequence[Mapping[str, np.ndarray]], delta: float) -> Upp
         finite_or_inf = column[~np.isnan(column)]
         return float(finite_or_inf.max()) if finite_or_inf.size else None
 
-    claim = Claim(
+    return Claim(
         epsilon=largest(claims[:, 0]),
         delta=float(claims[:, 1].max()),
         mu=largest(claims[:, 2]),
         rho=largest(claims[:, 3]),
     )
-    return from_claim(claim, delta)
+
+
+def _claim_upper(parts: Sequence[Mapping[str, np.ndarray]], delta: float) -> UpperBound:
+    return from_claim(_stored_claim(parts), delta)
 
 
 def _many_run_upper(many: Sequence[Mapping[str, np.ndarray]], delta: float) -> UpperBound | None:
@@ -346,8 +430,10 @@ def _greybox_check(test: GreyBoxTest, alpha: float, *, in_verdict: bool) -> Chec
         return Check(test.check, None, alpha if test.chance else None, True, what, "not-evaluated")
     ok = test.passed(alpha)
     bug = "" if ok else ": the run did not do what was accounted"
+    finding = "" if ok else _greybox_finding(test)
     if not test.chance:
-        return Check(test.check, test.p_value, None, ok, f"{what} (deterministic){bug}")
+        message = f"{what} (deterministic){bug}"
+        return Check(test.check, test.p_value, None, ok, message, finding=finding)
     sign = "≥" if ok else "<"
     return Check(
         test.check,
@@ -356,4 +442,44 @@ def _greybox_check(test: GreyBoxTest, alpha: float, *, in_verdict: bool) -> Chec
         ok,
         f"{test.title}: p = {test.p_value:.3g} {sign} {alpha:.3g} ({test.reason}){bug}",
         spends_budget=in_verdict,
+        finding=finding,
     )
+
+
+def _greybox_finding(test: GreyBoxTest) -> str:
+    """What a failed grey-box test says about the run, and what follows for the stated ε
+    (the verdict's words; :func:`dpaudit.results.verdict_findings`)."""
+    d = test.details
+    if test.check == "greybox_batch_sizes":
+        batches = float(d.get("batches") or 0)
+        if batches and float(d.get("dispersion", batches)) < 0.1 * batches:
+            # Σ(b − nq)²/(nq(1 − q)) has mean 1 per batch under Poisson sampling; batches
+            # of one fixed size leave only the rounding of nq.
+            what = "batches had a fixed size"
+        elif float(d.get("p_sum", 1.0)) <= float(d.get("p_dispersion", 1.0)):
+            what = (
+                f"batches drew records at rate {float(d['observed_rate']):.4g}, not the "
+                f"accounted q = {float(d['accounted_rate']):.4g}"
+            )
+        else:
+            what = "batch sizes vary less than Poisson sampling makes them"
+        return f"{what}; the stated ε assumes Poisson sampling at q, so it does not hold"
+    if test.check == "greybox_noise":
+        ratio = d.get("std_ratio")
+        size = f" ({float(ratio):.3g}·σC on a coordinate no example touches)" if ratio else ""
+        return (
+            f"the run added less noise than σC{size}; the stated ε assumes σC, so it does not hold"
+        )
+    if test.check == "greybox_clipping":
+        norm = d.get("largest_norm")
+        size = f" (a clipped norm of {float(norm):.4g} > C)" if norm is not None else ""
+        return (
+            f"per-example gradients were not clipped to C{size}; one record can move an "
+            "update further than accounted, so the stated ε does not hold"
+        )
+    if test.check == "greybox_steps":
+        return (
+            f"{test.reason}: the accountant's ε is that of the steps accounted, not of the "
+            "steps run"
+        )
+    return f"{test.title}: {test.reason}"
