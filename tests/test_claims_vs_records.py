@@ -264,3 +264,29 @@ def test_a_mu_claim_on_a_subsampled_run() -> None:
     assert bracket.low - floor < 0.01  # T = 8: the optimistic rounding costs little
     assert check_claim(Claim(mu=bracket.high), [record], delta=1e-5).holds  # type: ignore[union-attr]
     assert not check_claim(Claim(mu=floor * 0.9), [record], delta=1e-5).holds  # type: ignore[union-attr]
+
+
+def test_the_opacus_loop_run_at_a_tenth_of_its_noise_exits_1(tmp_path: Path) -> None:
+    # The shipped Opacus loop with σ/10 while the audit file keeps its model card's claim
+    # (ε = 5.47 at δ = 1e-5): what ran has ε of several hundred, so the claim fails from
+    # the records alone, as a finding ("what ran ... has ε = ..."), never as bad input.
+    import re
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from dpaudit.cli import app
+
+    root = Path(__file__).resolve().parent.parent / "audits"
+    shutil.copytree(root / "plugins", tmp_path / "plugins")
+    loop = tmp_path / "plugins" / "opacus_loop.py"
+    text = loop.read_text()
+    assert "noise_multiplier=1.0," in text
+    loop.write_text(text.replace("noise_multiplier=1.0,", "noise_multiplier=0.1,"))
+    audit = tmp_path / "opacus.toml"
+    audit.write_text((root / "opacus.toml").read_text().replace("trials = 100", "trials = 2"))
+    result = CliRunner().invoke(app, ["run", str(audit), "-q", "-o", str(tmp_path / "run")])
+    assert result.exit_code == 1, result.output
+    (line,) = [x for x in result.output.splitlines() if x.startswith("FAIL claim_vs_records")]
+    assert re.search(r"the claim states ε = 5\.47 at δ = 1e-05; what ran \(σ 0\.1, ", line), line
+    assert "so the claim does not hold" in line
