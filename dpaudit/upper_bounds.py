@@ -15,6 +15,7 @@ import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 from dpaudit.records import DPSGDRecord
@@ -90,19 +91,26 @@ class UpperBound:
 @functools.lru_cache(maxsize=64)
 def _poisson_epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
     # Cached: PLD composition dominates small audits; a record's ε depends on it alone.
-    # (dp-accounting is imported on first use: loading an audit file stays light.)
-    from dpaudit.accounting import dpsgd_epsilon
-
-    return dpsgd_epsilon(noise_multiplier=sigma, sampling_rate=q, steps=steps, delta=delta)
+    return _accounting().dpsgd_epsilon(
+        noise_multiplier=sigma, sampling_rate=q, steps=steps, delta=delta
+    )
 
 
 @functools.lru_cache(maxsize=64)
 def _poisson_mu_high(sigma: float, q: float, steps: int) -> tuple[float, float]:
     """(μ_high, tail δ) of the GDP measurement of the record's PLD profile."""
-    from dpaudit.accounting import dpsgd_event, mu_bracket
-
-    bracket = mu_bracket(dpsgd_event(noise_multiplier=sigma, sampling_rate=q, steps=steps))
+    bracket = _accounting().mu_bracket(
+        _accounting().dpsgd_event(noise_multiplier=sigma, sampling_rate=q, steps=steps)
+    )
     return bracket.high, bracket.tail_delta
+
+
+def _accounting() -> ModuleType:
+    """dp-accounting's accountants (:mod:`dpaudit.accounting`), loaded on first use: an
+    audit file that states a claim is validated without them."""
+    import dpaudit.accounting
+
+    return dpaudit.accounting
 
 
 def from_records(
@@ -344,12 +352,15 @@ def _epsilon_values(
     record: DPSGDRecord, delta: float, stated: float
 ) -> tuple[float, float, DPSGDRecord]:
     """(floor, accountant value, record) of ε(δ) for one record."""
-    from dpaudit.accounting import epsilon, epsilon_floor
 
     if _full_batch(record):
         exact = _full_batch_epsilon(record, delta)
         return exact, exact, record
-    return epsilon_floor(record, delta=delta, above=stated), epsilon(record, delta=delta), record
+    return (
+        _accounting().epsilon_floor(record, delta=delta, above=stated),
+        _accounting().epsilon(record, delta=delta),
+        record,
+    )
 
 
 def _full_batch_epsilon(record: DPSGDRecord, delta: float) -> float:
@@ -358,13 +369,12 @@ def _full_batch_epsilon(record: DPSGDRecord, delta: float) -> float:
 
 
 def _check_mu(stated: float, runs: list[DPSGDRecord]) -> ClaimCheck:
-    from dpaudit.accounting import mu_bracket, mu_floor
 
     def values(r: DPSGDRecord) -> tuple[float, float, DPSGDRecord]:
         if _full_batch(r):
             mu = math.sqrt(r.steps) / r.noise_multiplier
             return mu, mu, r
-        return mu_floor(r), mu_bracket(r).high, r
+        return _accounting().mu_floor(r), _accounting().mu_bracket(r).high, r
 
     worst = max((values(r) for r in runs), key=lambda x: x[0])
     return _verdict("mu", "μ", stated, "", worst, None, f"μ = {stated:.4g}")
