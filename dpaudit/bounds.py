@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -662,6 +663,227 @@ def _mu_bound(r: dict[str, Any], confidence_level: float, threshold: str, validi
         threshold=threshold,
         validity=validity,
         **r,
+    )
+
+
+# ------------------------------------------------- a learned score: the three-way split
+
+#: A learned score: maps ``(n, d)`` outputs to n finite scores, larger meaning "H1".
+Scorer = Callable[[np.ndarray], np.ndarray]
+#: Fits a :data:`Scorer` on the fitting part's outputs under H0 and under H1 (in order).
+Fitter = Callable[[np.ndarray, np.ndarray], Scorer]
+
+#: The random stream (under the audit's seed) that picks the fitting trials; the split's
+#: permutation uses the seed itself, so the two choices are made by different streams.
+_FIT_STREAM = 0x66697420
+
+
+@dataclass(frozen=True)
+class FitPart:
+    """Which trials a learned score is fitted on, and which it scores.
+
+    Drawn from the number of trials and a seed alone, before any output is read: the
+    trials are i.i.d., so the fitted score is independent of every trial it scores.
+
+    Attributes:
+        negatives: Positions of the H0 trials the score is fitted on (sorted).
+        positives: Positions of the H1 trials the score is fitted on (sorted).
+        rest_negatives: The other H0 positions (sorted): scored, then split and counted.
+        rest_positives: The other H1 positions (sorted).
+        seed: The seed the positions were drawn with.
+    """
+
+    negatives: np.ndarray = field(repr=False)
+    positives: np.ndarray = field(repr=False)
+    rest_negatives: np.ndarray = field(repr=False)
+    rest_positives: np.ndarray = field(repr=False)
+    seed: int | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """The ``fit`` details of a learned bound: how many trials, chosen how."""
+        return {
+            "fit_negatives": int(self.negatives.size),
+            "fit_positives": int(self.positives.size),
+            "scored_negatives": int(self.rest_negatives.size),
+            "scored_positives": int(self.rest_positives.size),
+            "fit_trials": (
+                f"a uniformly random subset of each arm's trial positions (seed {self.seed}, "
+                f"stream {_FIT_STREAM}), drawn before any output was read; the score is "
+                "fitted on these trials only, and they are never scored or counted"
+            ),
+        }
+
+
+def fit_part(
+    negatives: int,
+    positives: int,
+    *,
+    fit_fraction: float,
+    fit_limit: int | None = None,
+    seed: int | None = None,
+) -> FitPart:
+    """Cut each arm's trial positions into a fitting part and the rest.
+
+    Args:
+        negatives: Number of H0 trials.
+        positives: Number of H1 trials.
+        fit_fraction: Share of each arm fitted on, in (0, 1) (rounded, at least one).
+        fit_limit: At most this many fitting trials per arm (``None``: no cap).
+        seed: Seed of the choice (a stream of its own, not the split's).
+
+    Raises:
+        DpauditError: bad arguments.
+        InsufficientTrialsError: fewer than one fitting trial, or fewer than two trials
+            left to score, in an arm.
+    """
+    frac = check_in_interval("fit_fraction", fit_fraction, 0.0, 1.0, low_open=True, high_open=True)
+    n0 = check_integer("negatives", negatives, low=1)
+    n1 = check_integer("positives", positives, low=1)
+    limit = None if fit_limit is None else check_integer("fit_limit", fit_limit, low=1)
+    rng = np.random.default_rng(None if seed is None else [seed, _FIT_STREAM])
+    parts = []
+    for n in (n0, n1):
+        m = max(1, round(frac * n))
+        if limit is not None:
+            m = min(m, limit)
+        if n - m < 2:
+            raise InsufficientTrialsError(
+                f"A learned score needs at least one trial per hypothesis to fit on and two "
+                f"to score (one to choose the threshold, one to count); got {n0} negatives "
+                f"and {n1} positives with fit_fraction={frac}."
+            )
+        perm = rng.permutation(n)
+        parts.append((np.sort(perm[:m]), np.sort(perm[m:])))
+    (fit0, rest0), (fit1, rest1) = parts
+    return FitPart(fit0, fit1, rest0, rest1, seed)
+
+
+def _as_outputs(name: str, outputs: Any) -> np.ndarray:
+    """One hypothesis' raw outputs as ``(n, d)`` finite floats (a 1-D array is d = 1)."""
+    arr = np.asarray(outputs, dtype=float)
+    if arr.ndim == 1:
+        arr = arr.reshape(-1, 1)
+    if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise DpauditError(
+            f"The {name!r} parameter must be a non-empty (trials, d) array of outputs. Got "
+            f"shape {arr.shape}."
+        )
+    if not np.all(np.isfinite(arr)):
+        raise DpauditError(f"The {name!r} parameter must hold finite numbers only.")
+    return arr
+
+
+def score_with(scorer: Scorer, outputs: np.ndarray, name: str) -> np.ndarray:
+    """Apply a learned score, checking it gave one finite score per output."""
+    scores = as_scores(name, np.asarray(scorer(outputs), dtype=float).reshape(-1))
+    if scores.size != outputs.shape[0]:
+        raise DpauditError(
+            f"The learned score gave {scores.size} {name} for {outputs.shape[0]} outputs; one "
+            "per output is needed."
+        )
+    return scores
+
+
+@dataclass(frozen=True)
+class LearnedBounds:
+    """The ε and μ lower bounds of a learned score, and the scores they were computed from.
+
+    Attributes:
+        epsilon: The ε lower bound (its ``details["fit"]`` says how the score was fitted).
+        mu: The μ lower bound.
+        negative_scores: The learned scores of the H0 trials not fitted on.
+        positive_scores: The learned scores of the H1 trials not fitted on.
+    """
+
+    epsilon: EpsilonBound
+    mu: MuBound
+    negative_scores: np.ndarray = field(repr=False)
+    positive_scores: np.ndarray = field(repr=False)
+
+
+def learned_lower_bounds(
+    negative_outputs: Any,
+    positive_outputs: Any,
+    *,
+    fit: Fitter,
+    delta: float,
+    confidence_level: float = 0.95,
+    threshold: ThresholdStrategy = "split",
+    seed: int | None = None,
+    fit_fraction: float = 1.0 / 3.0,
+    fit_limit: int | None = None,
+    selection_fraction: float = 0.5,
+    validity: Validity = "rigorous-multi-run",
+    details: dict[str, Any] | None = None,
+) -> LearnedBounds:
+    """ε and μ lower bounds of a score LEARNED from the trials themselves.
+
+    A three-way split, each cut fixed before the trials it protects are seen:
+
+    1. **fit**: :func:`fit_part` picks a share ``fit_fraction`` of each arm by position
+       and seed alone; ``fit`` sees those outputs and nothing else, and returns a score;
+    2. **choose** and 3. **count**: the other trials are scored, and
+       :func:`epsilon_and_mu_lower_bounds` chooses the threshold on one part of them and
+       counts on the other (``split``), or counts them all under limits simultaneous over
+       every threshold (``bonferroni``).
+
+    The score is a fixed function of trials that are never counted, and the counted trials
+    are independent of them (i.i.d. trials), so the bounds hold at ``confidence_level``
+    whatever ``fit`` does: a poor or even adversarial learner weakens the bound, never
+    its validity. Nothing assumes which hypothesis makes outputs large: the learner
+    decides the direction (larger scores mean "H1", as everywhere).
+
+    Args:
+        negative_outputs: Raw outputs under H0, ``(n0, d)`` (or ``(n0,)``).
+        positive_outputs: Raw outputs under H1, ``(n1, d)``.
+        fit: ``fit(fit_negatives, fit_positives) -> scorer``.
+        delta, confidence_level, threshold, selection_fraction, validity: As in
+            :func:`epsilon_and_mu_lower_bounds`, on the scored trials.
+        seed: Seed of the fitting cut (its own stream) and of the split.
+        fit_fraction: Share of each arm fitted on.
+        fit_limit: At most this many fitting trials per arm.
+        details: More details for both bounds (e.g. what the learner was).
+
+    Returns:
+        :class:`LearnedBounds`; ε and μ are separate comparisons, as in
+        :func:`epsilon_and_mu_lower_bounds`.
+
+    Raises:
+        DpauditError: bad arguments or outputs, or a score that is not one finite number
+            per output.
+        InsufficientTrialsError: too few trials left to count for any bound above 0.
+    """
+    neg = _as_outputs("negative_outputs", negative_outputs)
+    pos = _as_outputs("positive_outputs", positive_outputs)
+    if neg.shape[1] != pos.shape[1]:
+        raise DpauditError(
+            f"Outputs under H0 and H1 must have the same dimension. Got {neg.shape[1]} and "
+            f"{pos.shape[1]}."
+        )
+    part = fit_part(
+        neg.shape[0], pos.shape[0], fit_fraction=fit_fraction, fit_limit=fit_limit, seed=seed
+    )
+    # The learner receives copies of the fitting rows only: it cannot reach the rest.
+    scorer = fit(neg[part.negatives].copy(), pos[part.positives].copy())
+    neg_scores = score_with(scorer, neg[part.rest_negatives], "negative scores")
+    pos_scores = score_with(scorer, pos[part.rest_positives], "positive scores")
+    eps_lb, mu_lb = epsilon_and_mu_lower_bounds(
+        neg_scores,
+        pos_scores,
+        delta=delta,
+        confidence_level=confidence_level,
+        threshold=threshold,
+        seed=seed,
+        selection_fraction=selection_fraction,
+        validity=validity,
+    )
+    fitted = {**part.describe(), "fit_fraction": float(fit_fraction), "fit_limit": fit_limit}
+    more = {"fit": fitted, **(details or {})}
+    return LearnedBounds(
+        replace(eps_lb, details={**eps_lb.details, **more}),
+        replace(mu_lb, details={**mu_lb.details, **more}),
+        neg_scores,
+        pos_scores,
     )
 
 

@@ -349,6 +349,22 @@ def verdict_headline(
     return f"{first['title']}: {first['statement']}{tail}"
 
 
+def null_result_warning(label: str, design: str, bound: EpsilonBound) -> str:
+    """What a null result says: no evidence above 0 at this budget, never "private".
+
+    It names the design's limit of detection (:func:`dpaudit.planning.limit_for_bound`,
+    a perfect attack's bound with the same trials), when the bound carries its counts.
+    """
+    text = f"{label}: no lower bound exceeds 0 with {design}: no evidence of leakage above 0"
+    try:
+        limit = limit_for_bound(bound).value
+    except DpauditError:
+        pass
+    else:
+        text += f"; with these trials even a perfect attack could certify at most ε = {limit:.3g}"
+    return text + " (a null result is not a proof of privacy)."
+
+
 def gdp_implied_comparison(
     test: str, mu_lower: MuBound, mu_upper: float, *, delta: float, source: str
 ) -> Comparison:

@@ -314,7 +314,7 @@ def test_one_run_weak_noise_is_detected_and_correct_engine_is_consistent(tmp_pat
             "needs options",
         ),
         ({**DPGD, "trials": 0}, "'trials' > 0"),
-        ({"bogus": 1}, "run_dpsgd_from_section: unknown key 'dpsgd.bogus'; allowed keys: dataset, "),
+        ({"bogus": 1}, "unknown key 'dpsgd.bogus'; allowed keys: dataset, "),
     ],
 )
 def test_bad_sections_are_config_errors(tmp_path, section, match):

@@ -146,7 +146,6 @@ def test_shipped_audit_files_validate(name: str) -> None:
     assert result.exit_code == 0, result.output
 
 
-
 @pytest.mark.parametrize("kind", ["mechanism", "membership", "attribute", "dpsgd"])
 def test_init_writes_an_example_that_runs(kind: str, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # the run directory defaults to ./reports/<name>/

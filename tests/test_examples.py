@@ -23,7 +23,12 @@ ROOT = Path(__file__).resolve().parent.parent
 AUDITS = ROOT / "audits"
 GOLDEN = Path(__file__).resolve().parent / "golden"
 # planted false claims; every other example passes
-EXPECTED_EXIT = {"laplace-violation": 1, "laplace-vector-violation": 1}
+EXPECTED_EXIT = {
+    "laplace-violation": 1,
+    "laplace-vector-violation": 1,
+    "learned-rr-violation": 1,
+    "learned-histogram-violation": 1,
+}
 # Audits that take minutes, run by hand (`dpaudit run audits/<name>.toml`), never here.
 SLOW = {"reconstruction-sweep"}
 KEYS = ("test", "parameter", "validity", "value", "confidence_level", "upper", "in_verdict")

@@ -43,13 +43,14 @@ from dpaudit.dpsgd.schema import ENGINE_TRAINERS, DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.setup import _setup, worst_case_details
 from dpaudit.dpsgd.units import trainer_libraries
 from dpaudit.greybox import GreyBoxObservations, GreyBoxTest, greybox_tests
-from dpaudit.kinds.base import KindSummary, Outputs, RunContext, null_result_warning
+from dpaudit.kinds.base import KindSummary, Outputs, RunContext
 from dpaudit.records import DPSGDRecord
 from dpaudit.results import (
     Check,
     Comparison,
     TestSummary,
     gdp_implied_comparison,
+    null_result_warning,
     score_summary,
     theory_curves,
 )

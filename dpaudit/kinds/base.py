@@ -46,7 +46,6 @@ from dpaudit.sections import (
 )
 
 if TYPE_CHECKING:  # results imports scipy: kinds load without it until they summarise
-    from dpaudit.bounds import EpsilonBound
     from dpaudit.results import Check, Comparison, TestSummary
 
 #: A work unit: ``fn(spec, unit name) -> arrays``; top-level, so processes can pickle it.
@@ -235,25 +234,6 @@ class AuditKind(ABC, Generic[S]):
         self, section: S, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
         """Turn stored unit outputs into tests and comparisons (in-verdict ones at ``level``)."""
-
-
-def null_result_warning(label: str, design: str, bound: EpsilonBound) -> str:
-    """What a null result says: no evidence above 0 at this budget, never "private".
-
-    It names the design's limit of detection (:func:`dpaudit.planning.limit_for_bound`,
-    a perfect attack's bound with the same trials), when the bound carries its counts.
-    """
-    from dpaudit.errors import DpauditError
-    from dpaudit.planning import limit_for_bound
-
-    text = f"{label}: no lower bound exceeds 0 with {design}: no evidence of leakage above 0"
-    try:
-        limit = limit_for_bound(bound).value
-    except DpauditError:
-        pass
-    else:
-        text += f"; with these trials even a perfect attack could certify at most ε = {limit:.3g}"
-    return text + " (a null result is not a proof of privacy)."
 
 
 def unit_index(unit: str) -> int:

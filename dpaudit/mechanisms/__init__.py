@@ -3,8 +3,8 @@
 The noise primitives (:mod:`dpaudit.mechanisms.noise`) are the one part of a family other
 families may import; :mod:`~dpaudit.mechanisms.schema` is the ``[mechanism]`` table,
 :mod:`~dpaudit.mechanisms.units` the work units and the upper bound,
-:mod:`~dpaudit.mechanisms.summary` the summary and :mod:`~dpaudit.mechanisms.kind` the
-kind adapter.
+:mod:`~dpaudit.mechanisms.summary` the summary, :mod:`~dpaudit.mechanisms.learned` the
+classifiers of ``score = "learned"`` and :mod:`~dpaudit.mechanisms.kind` the kind adapter.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ _EXPORTS: dict[str, str] = {
     "gaussian_calibrated": "dpaudit.mechanisms.noise",
     "user_mechanism": "dpaudit.mechanisms.noise",
     "theoretical_claim": "dpaudit.mechanisms.noise",
+    "fit_score": "dpaudit.mechanisms.learned",
+    "LearnedScore": "dpaudit.mechanisms.learned",
     "Claim": "dpaudit.upper_bounds",
 }
 
@@ -35,6 +37,7 @@ __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
+    from dpaudit.mechanisms.learned import LearnedScore, fit_score
     from dpaudit.mechanisms.noise import (
         Mechanism,
         gaussian,

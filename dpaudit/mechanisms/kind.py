@@ -17,7 +17,7 @@ import math
 
 from dpaudit.errors import ConfigError, DpauditError
 from dpaudit.kinds.base import AuditKind, KindSummary, Outputs, RunContext, UnitPlan
-from dpaudit.mechanisms.schema import EXACT_TRIALS_LIMIT, MechanismSection
+from dpaudit.mechanisms.schema import EXACT_TRIALS_LIMIT, LEARNED, MechanismSection
 from dpaudit.mechanisms.units import (
     MechanismSpec,
     build_mechanism,
@@ -49,6 +49,14 @@ class MechanismKind(AuditKind[MechanismSection]):
         size = min(context.unit_size, section.trials)
         units = -(-section.trials // size)
         disk = section.trials * 2 * 8  # float64 outputs on D and D'
+        if section.score == LEARNED:
+            return [
+                f"mechanism: {section.trials:,} trials per arm in {units:,} units of {size:,}, "
+                f"each holding raw outputs: about {disk / 2**30:.2g} GiB of unit files per "
+                f"output coordinate; the score is fitted on the first units, and memory stays "
+                f"near one unit's outputs plus the fitting trials (units are read one at a "
+                f"time above {EXACT_TRIALS_LIMIT:,} trials per arm)"
+            ]
         return [
             f"mechanism: {section.trials:,} trials per arm in {units:,} units of {size:,}: about "
             f"{disk / 2**30:.2g} GiB of unit files in the run directory; memory stays near one "
@@ -70,7 +78,10 @@ class MechanismKind(AuditKind[MechanismSection]):
             spec=spec,
             units=tuple(f"mechanism-{i:05d}" for i in range(n)),
             key_data={
-                **spec.model_dump(mode="json", exclude={"base_dir"}),
+                # how a learned score is fitted changes no unit: the units hold raw outputs
+                **spec.model_dump(
+                    mode="json", exclude={"base_dir": True, "section": {"learner", "fit_fraction"}}
+                ),
                 # a user mechanism's code is part of what its units are
                 "mechanism_file": plugin_digest(section.name, base_dir=context.base_dir)
                 if ":" in section.name
@@ -79,7 +90,7 @@ class MechanismKind(AuditKind[MechanismSection]):
                 **{
                     f"{key}_file": plugin_digest(getattr(section, key), base_dir=context.base_dir)
                     for key in ("log_density", "score")
-                    if getattr(section, key) is not None
+                    if getattr(section, key) not in (None, LEARNED)
                 },
             },
             description="sampling mechanism",

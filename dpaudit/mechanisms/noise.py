@@ -25,7 +25,10 @@ Neyman–Pearson statistic), or
 
     def score(outputs: numpy.ndarray) -> numpy.ndarray  # (size,), larger = "D'"
 
-any score of the user's choice (valid for any score; a weak one gives a weak bound).
+any score of the user's choice (valid for any score; a weak one gives a weak bound), or
+``score = "learned"``: a classifier fitted on some of the trials scores the others
+(:mod:`dpaudit.mechanisms.learned`). A learned score needs the RAW outputs, which every
+mechanism here can draw (:meth:`Mechanism.outputs`), as well as its score.
 """
 
 from __future__ import annotations
@@ -48,11 +51,20 @@ MechanismFn = Callable[..., Any]
 
 @dataclass(frozen=True)
 class Mechanism:
-    """A mechanism ready to sample: a name, its sampler and the parameters it RUNS with."""
+    """A mechanism ready to sample: a name, its sampler and the parameters it RUNS with.
+
+    ``sample`` draws scores (the output itself for a scalar mechanism, else its exact
+    log-likelihood ratio or the user's score); ``draw``, when given, draws the raw outputs
+    those scores are computed from, from the same random stream in the same order, so
+    that ``sample`` is ``draw`` followed by the score.
+    """
 
     name: str
     sample: Callable[[int, np.random.Generator, int], np.ndarray] = field(repr=False)
     parameters: dict[str, Any] = field(default_factory=dict)
+    draw: Callable[[int, np.random.Generator, int], np.ndarray] | None = field(
+        default=None, repr=False
+    )
 
     def run(self, neighbour: int, *, rng: np.random.Generator, size: int) -> np.ndarray:
         """``size`` outputs on D (``neighbour=0``) or D' (``neighbour=1``) as float64."""
@@ -61,6 +73,33 @@ class Mechanism:
             raise DpauditError(
                 f"Mechanism {self.name!r} returned {out.size} outputs; {size} were asked for."
             )
+        if not np.all(np.isfinite(out)):
+            raise DpauditError(f"Mechanism {self.name!r} returned NaN or infinite outputs.")
+        return out
+
+    def outputs(self, neighbour: int, *, rng: np.random.Generator, size: int) -> np.ndarray:
+        """``size`` RAW outputs on D (``neighbour=0``) or D' (``neighbour=1``), one row each:
+        a ``(size, d)`` float64 array (a scalar output is a row of one; a ``(size, h, w)``
+        output is flattened to ``(size, h·w)``). What a learned score is fitted on.
+
+        Raises:
+            DpauditError: the mechanism has no raw outputs, or they are not ``size`` rows
+                of finite numbers.
+        """
+        if self.draw is None:
+            raise DpauditError(
+                f"Mechanism {self.name!r} draws scores only; it has no raw outputs to learn a "
+                "score from."
+            )
+        out = np.asarray(self.draw(neighbour, rng, size), dtype=float)
+        if out.ndim == 0 or out.shape[0] != size:
+            rows = 1 if out.ndim == 0 else out.shape[0]
+            raise DpauditError(
+                f"Mechanism {self.name!r} returned {rows} outputs; {size} were asked for."
+            )
+        out = out.reshape(size, -1)
+        if out.shape[1] == 0:
+            raise DpauditError(f"Mechanism {self.name!r} returned empty outputs.")
         if not np.all(np.isfinite(out)):
             raise DpauditError(f"Mechanism {self.name!r} returned NaN or infinite outputs.")
         return out
@@ -75,7 +114,7 @@ def laplace(*, sensitivity: float, scale: float) -> Mechanism:
     def sample(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
         return neighbour * sensitivity + rng.laplace(0.0, scale, size)
 
-    return Mechanism("laplace", sample, {"sensitivity": sensitivity, "scale": scale})
+    return Mechanism("laplace", sample, {"sensitivity": sensitivity, "scale": scale}, sample)
 
 
 def gaussian(*, sensitivity: float, sigma: float) -> Mechanism:
@@ -87,7 +126,7 @@ def gaussian(*, sensitivity: float, sigma: float) -> Mechanism:
     def sample(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
         return neighbour * sensitivity + rng.normal(0.0, sigma, size)
 
-    return Mechanism("gaussian", sample, {"sensitivity": sensitivity, "sigma": sigma})
+    return Mechanism("gaussian", sample, {"sensitivity": sensitivity, "sigma": sigma}, sample)
 
 
 def randomized_response(*, p: float) -> Mechanism:
@@ -101,7 +140,7 @@ def randomized_response(*, p: float) -> Mechanism:
         truthful = rng.random(size) < p
         return np.where(truthful, neighbour, 1 - neighbour).astype(float)
 
-    return Mechanism("randomized-response", sample, {"p": p})
+    return Mechanism("randomized-response", sample, {"p": p}, sample)
 
 
 # --------------------------------------------------------------------------------------
@@ -153,16 +192,19 @@ def k_randomized_response(*, k: int, epsilon: float, values: tuple[int, int] = (
     llr = np.zeros(k)
     llr[v1], llr[v0] = epsilon, -epsilon
 
-    def sample(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
+    def report(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
         truth = (v0, v1)[neighbour]
         truthful = rng.random(size) < p
         # uniform over the k − 1 other categories: draw from 0..k−2, skip the truth
         other = rng.integers(0, k - 1, size)
         other = other + (other >= truth)
-        report = np.where(truthful, truth, other)
-        return llr[report]
+        return np.where(truthful, truth, other)
 
-    return Mechanism("k-rr", sample, {"k": k, "epsilon": epsilon, "values": [v0, v1]})
+    def sample(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
+        return llr[report(neighbour, rng, size)]
+
+    params = {"k": k, "epsilon": epsilon, "values": [v0, v1]}
+    return Mechanism("k-rr", sample, params, report)
 
 
 def unary_encoding_probabilities(*, epsilon: float, variant: str) -> tuple[float, float]:
@@ -206,21 +248,30 @@ def unary_encoding(
     one = math.log(p) - math.log(q)
     zero = math.log1p(-p) - math.log1p(-q)
 
+    prob = [np.full(k, q), np.full(k, q)]
+    prob[0][v0] = prob[1][v1] = p
+    rows = max(1, _BITS_PER_BLOCK // k)
+
     def sample(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
-        truth = (v0, v1)[neighbour]
         out = np.empty(size)
-        rows = max(1, _BITS_PER_BLOCK // k)
         for start in range(0, size, rows):
             n = min(rows, size - start)
-            prob = np.full(k, q)
-            prob[truth] = p
-            bits = rng.random((n, k)) < prob  # the whole report, as the randomiser sends it
+            bits = rng.random((n, k)) < prob[neighbour]  # the whole report, as sent
             b1, b0 = bits[:, v1], bits[:, v0]
             out[start : start + n] = np.where(b1, one, zero) - np.where(b0, one, zero)
         return out
 
+    def report(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
+        # The same draws as `sample`, block by block, kept whole: (size, k) bits.
+        return np.concatenate(
+            [
+                rng.random((min(rows, size - start), k)) < prob[neighbour]
+                for start in range(0, size, rows)
+            ]
+        )
+
     params = {"k": k, "epsilon": epsilon, "variant": variant, "values": [v0, v1], "p": p, "q": q}
-    return Mechanism("unary-encoding", sample, params)
+    return Mechanism("unary-encoding", sample, params, report)
 
 
 def _query_pair(query: tuple[Any, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -245,9 +296,11 @@ def vector_laplace(
     """
     a, b = _query_pair(query)
 
+    def draw(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
+        return (a, b)[neighbour] + rng.laplace(0.0, scale, (size, a.size))
+
     def sample(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
-        y = (a, b)[neighbour] + rng.laplace(0.0, scale, (size, a.size))
-        return laplace_llr(y, a, b, scale)
+        return laplace_llr(draw(neighbour, rng, size), a, b, scale)
 
     params = {
         "sensitivity": sensitivity,
@@ -257,7 +310,7 @@ def vector_laplace(
         "distance": float(np.abs(a - b).sum()),
         "norm": "l1",
     }
-    return Mechanism(name, sample, params)
+    return Mechanism(name, sample, params, draw)
 
 
 def laplace_llr(y: np.ndarray, a: np.ndarray, b: np.ndarray, scale: float) -> np.ndarray:
@@ -294,10 +347,12 @@ def vector_gaussian(
     a, b = _query_pair(query)
     mid = (a + b) / 2.0
 
+    def draw(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
+        return (a, b)[neighbour] + rng.normal(0.0, sigma, (size, a.size))
+
     def sample(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
-        y = (a, b)[neighbour] + rng.normal(0.0, sigma, (size, a.size))
         # (‖y − a‖² − ‖y − b‖²)/(2σ²) = (b − a)·(y − (a + b)/2)/σ²: no atoms, no cancellation
-        return ((y - mid) @ (b - a)) / sigma**2
+        return ((draw(neighbour, rng, size) - mid) @ (b - a)) / sigma**2
 
     params: dict[str, Any] = {
         "sensitivity": sensitivity,
@@ -309,7 +364,7 @@ def vector_gaussian(
     }
     if calibration is not None:
         params["calibration"] = dict(calibration)
-    return Mechanism(name, sample, params)
+    return Mechanism(name, sample, params, draw)
 
 
 def gaussian_calibrated(
@@ -394,15 +449,18 @@ def user_mechanism(
             )
         return outputs
 
+    def draw(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
+        return np.asarray(fn(inputs[neighbour], rng=rng, size=size), dtype=float)
+
     def sample(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
-        return to_scores(np.asarray(fn(inputs[neighbour], rng=rng, size=size), dtype=float))
+        return to_scores(draw(neighbour, rng, size))
 
     parameters: dict[str, Any] = {"callable": spec}
     if log_density is not None:
         parameters["log_density"] = log_density
     if score is not None:
         parameters["score"] = score
-    return Mechanism(spec, sample, parameters)
+    return Mechanism(spec, sample, parameters, draw)
 
 
 def _user_scores(values: np.ndarray, outputs: np.ndarray, where: str | None) -> np.ndarray:

@@ -36,6 +36,18 @@ LOCAL = ("local-laplace", "local-gaussian")
 #: Two vectors: f(D) and f(D'), or the records x and x'.
 Vectors = tuple[list[float], list[float]]
 
+#: ``score = "learned"``: a classifier fitted on some trials scores the others.
+LEARNED = "learned"
+#: The classifiers of a learned score (:mod:`dpaudit.mechanisms.learned`): ``auto`` is
+#: ``counts`` for outputs with few distinct values, else ``logistic``.
+LEARNERS = ("auto", "logistic", "boosting", "knn", "counts")
+#: Share of the trials per arm a learned score is fitted on, unless ``fit_fraction`` says.
+FIT_FRACTION = 1.0 / 3.0
+#: Fitting trials per arm, at most: more barely improves a score and slows every learner.
+FIT_TRIALS_LIMIT = 200_000
+#: Unary encoding's report is k bits; a learned score holds them all, so k is capped.
+LEARNED_UNARY_MAX_K = 64
+
 
 class MechanismClaim(ClaimSection):
     """``[mechanism.claim]``: ε (with δ), μ, or ρ (zCDP) claimed by the mechanism.
@@ -80,6 +92,12 @@ class MechanismSection(Table):
     ``local-laplace``/``local-gaussian`` a vector in ``domain`` = [low, high] per
     coordinate (``records`` = [x, x'], default [[low], [high]]), whose sensitivity is the
     domain's ℓ1 resp. ℓ2 diameter. These are scored by the exact log-likelihood ratio.
+
+    ``score = "learned"`` (any mechanism but unary encoding with k > 64) scores the raw
+    outputs by a classifier fitted on a share ``fit_fraction`` of the trials (default ⅓,
+    at most :data:`FIT_TRIALS_LIMIT` per arm) chosen before any output is read;
+    ``learner`` picks it (``auto``, ``logistic``, ``boosting``, ``knn``, ``counts``).
+    The bound is counted on the other trials only.
     """
 
     name: str
@@ -100,6 +118,8 @@ class MechanismSection(Table):
     data: tuple[list[float], list[float]] | None = None
     log_density: str | None = None
     score: str | None = None
+    learner: Literal["auto", "logistic", "boosting", "knn", "counts"] | None = None
+    fit_fraction: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None
     trials: Annotated[int, Field(ge=2, le=100_000_000)] = 100_000
     threshold: Literal["split", "bonferroni"] = "split"
     claim: MechanismClaim | None = None
@@ -135,15 +155,39 @@ class MechanismSection(Table):
             raise ValueError(f"'query' (f(D), f(D')): {exc}") from None
         if ":" in name and self.claim is None:
             raise ValueError(f"a user mechanism ({name!r}) needs a [mechanism.claim] table")
+        self._scorer()
+        return self
+
+    def _scorer(self) -> None:
+        """``log_density`` and ``score``: a user's scorer, or ``score = "learned"``."""
+        learned = self.score == LEARNED
+        if self.score is not None and not learned and ":" not in self.score:
+            raise ValueError(
+                f"'score' is {LEARNED!r} (a classifier fitted on some of the trials) or "
+                f"'pkg.module:function'; got {self.score!r}"
+            )
         for key in ("log_density", "score"):
-            if getattr(self, key) is not None and ":" not in name:
+            if key == "score" and learned:
+                continue  # a learned score needs no user code: any mechanism may have one
+            if getattr(self, key) is not None and ":" not in self.name:
                 raise ValueError(
-                    f"'{key}' scores a user mechanism's outputs; {name!r} is built in and "
+                    f"'{key}' scores a user mechanism's outputs; {self.name!r} is built in and "
                     "scores its own"
                 )
         if self.log_density is not None and self.score is not None:
             raise ValueError("give 'log_density' or 'score' for a user mechanism, not both")
-        return self
+        for key in ("learner", "fit_fraction"):
+            if getattr(self, key) is not None and not learned:
+                raise ValueError(
+                    f"'{key}' configures score = {LEARNED!r}; set score = {LEARNED!r} or remove "
+                    f"'{key}'"
+                )
+        if learned and self.name == "unary-encoding" and (self.k or 0) > LEARNED_UNARY_MAX_K:
+            raise ValueError(
+                f"score = {LEARNED!r} learns from unary encoding's whole k-bit report, at most "
+                f"k = {LEARNED_UNARY_MAX_K}; got k = {self.k} (its built-in score is the exact "
+                "likelihood ratio: remove 'score')"
+            )
 
     def _only_where_used(self) -> None:
         """Keys of one family of mechanisms are errors elsewhere (never silently ignored)."""

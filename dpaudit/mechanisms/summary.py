@@ -18,6 +18,11 @@ units hold):
   any unit is read (:func:`unit_design`): the grid and the threshold come from some
   units, the bound counts only the others (:func:`stream_counts`,
   :func:`streamed_bounds`). Every count-to-bound step is in :mod:`dpaudit.bounds`.
+
+With ``score = "learned"`` the units hold raw outputs and a score is first fitted on
+trials that are never counted (:func:`learned_bounds`): in memory, a seeded share of each
+arm's trials (:func:`dpaudit.bounds.learned_lower_bounds`); streamed, the first units by
+index (:func:`learned_streamed`). Either way the rest goes through the path above.
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -34,15 +39,26 @@ import numpy as np
 from dpaudit.bounds import (
     EpsilonBound,
     MuBound,
+    Scorer,
     epsilon_and_mu_from_grid_bonferroni,
     epsilon_and_mu_from_grid_split,
     epsilon_and_mu_lower_bounds,
+    learned_lower_bounds,
+    score_with,
 )
 from dpaudit.errors import DpauditError
 from dpaudit.identification import IDENTIFIABLE_MECHANISMS, identify_mechanism
-from dpaudit.kinds.base import KindSummary, Outputs, RunContext, null_result_warning, unit_index
+from dpaudit.kinds.base import KindSummary, Outputs, RunContext, unit_index
 from dpaudit.mechanisms.noise import Mechanism
-from dpaudit.mechanisms.schema import CATEGORICAL, EXACT_TRIALS_LIMIT, LOCAL, MechanismSection
+from dpaudit.mechanisms.schema import (
+    CATEGORICAL,
+    EXACT_TRIALS_LIMIT,
+    FIT_FRACTION,
+    FIT_TRIALS_LIMIT,
+    LEARNED,
+    LOCAL,
+    MechanismSection,
+)
 from dpaudit.mechanisms.units import build_mechanism, in_verdict, local_pair, upper_bound
 from dpaudit.results import (
     Comparison,
@@ -50,6 +66,7 @@ from dpaudit.results import (
     gdp_implied_comparison,
     histogram_counts,
     histogram_edges_from_quantiles,
+    null_result_warning,
     score_summary,
     score_summary_from_counts,
     theory_curves,
@@ -80,7 +97,12 @@ def mechanism_summary(
     upper = upper_bound(section, mech, context.delta)
     entered = in_verdict(upper)
     label = f"{mech.name} mechanism"
-    if section.trials <= EXACT_TRIALS_LIMIT or len(outputs) < 2:
+    learned_notes: tuple[str, ...] = ()
+    if section.score == LEARNED:
+        eps_lb, mu_lb, summary, learned_notes = learned_bounds(
+            section, context, outputs, delta=upper.epsilon_delta, level=level, label=label
+        )
+    elif section.trials <= EXACT_TRIALS_LIMIT or len(outputs) < 2:
         # One unit holds every trial anyway: no streaming can make it smaller.
         eps_lb, mu_lb, summary = _in_memory(
             section, context, outputs, delta=upper.epsilon_delta, level=level, label=label
@@ -139,7 +161,7 @@ def mechanism_summary(
             "identification": _identification(mech),
         },
     )
-    warnings = []
+    warnings = list(learned_notes)
     if eps_lb.value == 0.0 and mu_lb.value == 0.0:
         trials = f"{summary.negatives} trials per hypothesis"
         warnings.append(null_result_warning(label, trials, eps_lb))
@@ -356,6 +378,186 @@ def streamed_bounds(
         delta=delta,
         confidence_level=confidence_level,
         details={**details, "grid_negatives": sel.negatives, "grid_positives": sel.positives},
+    )
+
+
+# ------------------------------------------------------------------------ learned score
+
+
+def learned_bounds(
+    section: MechanismSection,
+    context: RunContext,
+    outputs: Outputs,
+    *,
+    delta: float,
+    level: float,
+    label: str,
+) -> tuple[EpsilonBound, MuBound, TestSummary, tuple[str, ...]]:
+    """``score = "learned"``: fit a score on trials that are never counted, then bound.
+
+    The units hold raw outputs. In memory (up to :data:`EXACT_TRIALS_LIMIT` trials per
+    arm, or fewer than three units) the fitting trials are a seeded share of each arm
+    (:func:`~dpaudit.bounds.learned_lower_bounds`); above it, the first units
+    (:func:`learned_streamed`). Returns the bounds, the test's summary of the scored
+    trials, and the learner's warnings.
+    """
+    from dpaudit.mechanisms.learned import LearnedScore, fit_score
+
+    learner = section.learner or "auto"
+    fraction = section.fit_fraction if section.fit_fraction is not None else FIT_FRACTION
+    if section.trials > EXACT_TRIALS_LIMIT and len(outputs) >= 3:
+        return learned_streamed(
+            section,
+            context,
+            outputs,
+            learner=learner,
+            fraction=fraction,
+            delta=delta,
+            level=level,
+            label=label,
+        )
+    parts = [outputs[u] for u in outputs]
+    neg = np.concatenate([p["negative"] for p in parts])
+    pos = np.concatenate([p["positive"] for p in parts])
+    del parts
+    fitted: list[LearnedScore] = []
+
+    def fit(fit_neg: np.ndarray, fit_pos: np.ndarray) -> Scorer:
+        fitted.append(fit_score(fit_neg, fit_pos, learner=learner, seed=context.seed))
+        return fitted[-1]
+
+    result = learned_lower_bounds(
+        neg,
+        pos,
+        fit=fit,
+        delta=delta,
+        confidence_level=level,
+        threshold=section.threshold,
+        seed=context.seed,
+        fit_fraction=fraction,
+        fit_limit=FIT_TRIALS_LIMIT,
+    )
+    (score,) = fitted
+    learned = score.describe()
+    summary = score_summary(
+        "mechanism",
+        label,
+        result.negative_scores,
+        result.positive_scores,
+        confidence_level=context.confidence_level,
+        hypotheses=("D", "D'"),
+    ).with_details(learned={**learned, "fit": result.epsilon.details["fit"]})
+    eps_lb = replace(result.epsilon, details={**result.epsilon.details, "learned": learned})
+    mu_lb = replace(result.mu, details={**result.mu.details, "learned": learned})
+    return eps_lb, mu_lb, summary, score.warnings
+
+
+class ScoredUnits(Mapping[str, Mapping[str, np.ndarray]]):
+    """Stored units of raw outputs seen through a fitted score: each unit is read and
+    scored when it is asked for, and nothing is kept (the streamed path's memory)."""
+
+    def __init__(self, outputs: Outputs, units: Sequence[str], score: Scorer) -> None:
+        self._outputs, self._units, self._score = outputs, tuple(units), score
+
+    def __getitem__(self, unit: str) -> Mapping[str, np.ndarray]:
+        if unit not in self._units:
+            raise KeyError(unit)
+        part = self._outputs[unit]
+        return {
+            "negative": score_with(self._score, np.asarray(part["negative"]), "negative scores"),
+            "positive": score_with(self._score, np.asarray(part["positive"]), "positive scores"),
+        }
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._units)
+
+    def __len__(self) -> int:
+        return len(self._units)
+
+
+def fit_units(units: Sequence[str], *, fit_trials: int, unit_size: int) -> tuple[str, ...]:
+    """The units a streamed learned score is fitted on: the FIRST units by index, enough
+    for ``fit_trials`` per arm, at least one, and at most all but two (the rest must still
+    be cut into a selection and a counted part, :func:`unit_design`). Fixed from the unit
+    names alone, before any unit is read."""
+    ordered = sorted(units, key=unit_index)
+    if len(ordered) < 3:
+        raise DpauditError(
+            f"A streamed learned score needs at least three stored units; got {len(ordered)}."
+        )
+    first = min(max(1, math.ceil(fit_trials / unit_size)), len(ordered) - 2)
+    return tuple(ordered[:first])
+
+
+def learned_streamed(
+    section: MechanismSection,
+    context: RunContext,
+    outputs: Outputs,
+    *,
+    learner: str,
+    fraction: float,
+    delta: float,
+    level: float,
+    label: str,
+) -> tuple[EpsilonBound, MuBound, TestSummary, tuple[str, ...]]:
+    """The learned score above :data:`EXACT_TRIALS_LIMIT` trials per arm.
+
+    The first units (:func:`fit_units`; their first ``min(fraction·trials,
+    FIT_TRIALS_LIMIT)`` trials per arm) fit the score and are never read again; every
+    other unit is scored as it is read (:class:`ScoredUnits`) and goes through the
+    streamed path of a fixed score (:func:`unit_design`, :func:`stream_counts`,
+    :func:`streamed_bounds`), so the counted units are independent of both the score and
+    the threshold. Memory: the fitting trials plus one unit.
+    """
+    from dpaudit.mechanisms.learned import fit_score
+
+    fit_trials = min(max(1, round(fraction * section.trials)), FIT_TRIALS_LIMIT)
+    fitting = fit_units(tuple(outputs), fit_trials=fit_trials, unit_size=context.unit_size)
+    arms: dict[str, list[np.ndarray]] = {"negative": [], "positive": []}
+    for unit in fitting:
+        part = outputs[unit]
+        for arm, rows in arms.items():
+            need = fit_trials - sum(r.shape[0] for r in rows)
+            if need > 0:
+                rows.append(np.asarray(part[arm])[:need])
+    score = fit_score(
+        np.concatenate(arms["negative"]),
+        np.concatenate(arms["positive"]),
+        learner=learner,
+        seed=context.seed,
+    )
+    del arms
+    rest = tuple(u for u in sorted(outputs, key=unit_index) if u not in set(fitting))
+    design = unit_design(rest, threshold=section.threshold, unit_size=context.unit_size)
+    counts = stream_counts(ScoredUnits(outputs, rest, score), design)
+    eps_lb, mu_lb = streamed_bounds(counts, delta=delta, confidence_level=level)
+    fit = {
+        "fit_negatives": score.fit_negatives,
+        "fit_positives": score.fit_positives,
+        "fit_units": len(fitting),
+        "fit_fraction": fraction,
+        "fit_limit": FIT_TRIALS_LIMIT,
+        "fit_trials": (
+            f"the first {len(fitting)} unit(s) by index (their first {fit_trials} trials per "
+            "arm), fixed from the unit names before any unit was read; the score is fitted "
+            "on these trials only, and these units are never scored or counted"
+        ),
+    }
+    learned = score.describe()
+    more = {"fit": fit, "learned": learned}
+    summary = score_summary_from_counts(
+        "mechanism",
+        label,
+        counts.whole,
+        counts.histogram,
+        confidence_level=context.confidence_level,
+        hypotheses=("D", "D'"),
+    ).with_details(streamed=counts.describe(), learned={**learned, "fit": fit})
+    return (
+        replace(eps_lb, details={**eps_lb.details, **more}),
+        replace(mu_lb, details={**mu_lb.details, **more}),
+        summary,
+        score.warnings,
     )
 
 

@@ -26,7 +26,7 @@ from dpaudit.mechanisms.noise import (
     vector_gaussian,
     vector_laplace,
 )
-from dpaudit.mechanisms.schema import GAUSSIAN, MechanismSection, Vectors
+from dpaudit.mechanisms.schema import GAUSSIAN, LEARNED, MechanismSection, Vectors
 from dpaudit.sections import Table
 from dpaudit.theory import zcdp_to_dp
 from dpaudit.upper_bounds import Claim, UpperBound, from_claim
@@ -112,8 +112,10 @@ def build_mechanism(m: MechanismSection, base_dir: str) -> Mechanism:
             k=m.k, epsilon=m.epsilon, variant=m.variant or "optimised", values=m.values or (0, 1)
         )
     data = m.data if m.data is not None else ([0.0], [m.sensitivity])
+    # A learned score is fitted in the summary, on stored raw outputs (mechanism_unit).
+    score = None if m.score == LEARNED else m.score
     return user_mechanism(
-        m.name, data=data, log_density=m.log_density, score=m.score, base_dir=base_dir
+        m.name, data=data, log_density=m.log_density, score=score, base_dir=base_dir
     )
 
 
@@ -124,6 +126,9 @@ def mechanism_unit(spec: MechanismSpec, unit: str) -> dict[str, np.ndarray]:
     rest), from its own random stream: its memory does not grow with ``trials``, and the
     units' trials are i.i.d., which is what lets the summary cut the units into parts
     fixed in advance (:func:`dpaudit.mechanisms.summary.unit_design`).
+
+    With ``score = "learned"`` a unit holds the RAW outputs, ``(size, d)`` per arm, for
+    the summary to fit a score on some trials and count the others; otherwise the scores.
     """
     index = unit_index(unit)
     size = min(spec.unit_size, spec.section.trials - index * spec.unit_size)
@@ -134,6 +139,11 @@ def mechanism_unit(spec: MechanismSpec, unit: str) -> dict[str, np.ndarray]:
         )
     rng = np.random.default_rng([spec.seed, _STREAM_MECHANISM, index])
     mech = build_mechanism(spec.section, spec.base_dir)
+    if spec.section.score == LEARNED:
+        return {
+            "negative": mech.outputs(0, rng=rng, size=size),
+            "positive": mech.outputs(1, rng=rng, size=size),
+        }
     return {
         "negative": mech.run(0, rng=rng, size=size),
         "positive": mech.run(1, rng=rng, size=size),

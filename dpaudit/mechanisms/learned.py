@@ -1,0 +1,347 @@
+"""Learned scores for ``[mechanism] score = "learned"``: a classifier tells D' from D.
+
+A score learned from outputs is only as good as the classifier, but its bound is valid
+whatever the classifier does, because the classifier is fitted on trials that are never
+scored or counted (the three-way split of :func:`dpaudit.bounds.learned_lower_bounds`;
+the streamed path cuts by whole units, :func:`dpaudit.mechanisms.summary.learned_streamed`).
+This module only fits: it maps the fitting part's raw outputs under D (label 0) and D'
+(label 1) to a function whose value on an output is the fitted log-odds of D' against D.
+Larger means "D'" as for every score, and the direction is learned, never assumed.
+
+The learners:
+
+- ``logistic``: an additive logistic model: each coordinate (up to
+  :data:`SPLINE_MAX_DIMENSION` of them) enters through a cubic spline with knots at
+  :data:`SPLINE_KNOTS` quantiles of its fitting values, constant beyond the outermost
+  knots, and a coordinate with fewer distinct knots (e.g. a bit) enters linearly. The
+  score can then be flat in the tails (the Laplace mechanism's likelihood ratio is
+  constant beyond its two centres), rise in both tails (outputs under D' more spread) or
+  be linear (the Gaussian mechanism's, unary encoding's). Beyond
+  :data:`SPLINE_MAX_DIMENSION` coordinates, the outputs enter linearly.
+- ``boosting``: gradient-boosted trees (scikit-learn's ``HistGradientBoostingClassifier``)
+  on the standardised outputs: any shape, at the cost of a noisier score.
+- ``knn``: the share of D' among the ⌈√n⌉ nearest fitting outputs (standardised), as
+  log-odds with half a vote added to each side.
+- ``counts``: for outputs with few distinct values, the estimated log-likelihood ratio of
+  each value, log((c₁(v) + ½)/(n₁ + ½V)) − log((c₀(v) + ½)/(n₀ + ½V)), V the number of
+  distinct fitting outputs plus one (every output unseen in fitting shares one score).
+  With exact per-value counts this is the likelihood-ratio test of a discrete mechanism.
+- ``auto`` (the default): ``counts`` when the fitting outputs take at most
+  :data:`DISCRETE_VALUES` distinct values, each seen :data:`DISCRETE_PER_VALUE` times
+  on average, else ``logistic``.
+
+scikit-learn is imported when a score is fitted, never when an audit file is loaded.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.preprocessing import SplineTransformer
+
+from dpaudit.errors import DpauditError, check_choice
+from dpaudit.mechanisms.schema import LEARNERS
+
+#: ``auto`` counts outputs with at most this many distinct values ...
+DISCRETE_VALUES = 256
+#: ... when the fitting outputs hold at least this many per distinct value on average.
+DISCRETE_PER_VALUE = 8
+#: ``logistic`` places this many knots (quantiles) in each coordinate's spline ...
+SPLINE_KNOTS = 8
+#: ... for outputs of at most this many coordinates (linear in each beyond).
+SPLINE_MAX_DIMENSION = 100
+#: ``logistic`` fits by Newton's method up to this many features, by L-BFGS beyond.
+NEWTON_MAX_FEATURES = 500
+#: Half a count (a vote) added to each side of a ``counts`` (``knn``) ratio: a value seen
+#: under one neighbour only gets a large finite score, never an infinite one.
+PSEUDO_COUNT = 0.5
+#: Coefficients (or values) a learned score's description lists, largest first.
+DESCRIBED = 12
+
+
+@dataclass(frozen=True)
+class LearnedScore:
+    """A fitted score: ``score(outputs)`` is the log-odds of D' for each output row.
+
+    Attributes:
+        learner: The learner fitted (``auto`` resolved).
+        requested: The learner the audit file asked for.
+        fit_negatives: Outputs on D it was fitted on.
+        fit_positives: Outputs on D' it was fitted on.
+        model: A JSON-able description of the fitted model.
+        warnings: What a reader of the bound should know about the fit.
+    """
+
+    learner: str
+    requested: str
+    fit_negatives: int
+    fit_positives: int
+    scorer: Callable[[np.ndarray], np.ndarray] = field(repr=False)
+    model: dict[str, Any] = field(default_factory=dict, repr=False)
+    warnings: tuple[str, ...] = ()
+
+    def __call__(self, outputs: np.ndarray) -> np.ndarray:
+        return np.asarray(self.scorer(_rows(outputs)), dtype=float).reshape(-1)
+
+    def describe(self) -> dict[str, Any]:
+        """The ``learned`` details of a bound: which classifier, fitted how."""
+        return {
+            "learner": self.learner,
+            "requested": self.requested,
+            "score": "the classifier's log-odds of D' against D (larger = D')",
+            "direction": "learned on the fitting trials, never assumed",
+            "model": self.model,
+        }
+
+
+def _rows(outputs: Any) -> np.ndarray:
+    arr = np.asarray(outputs, dtype=float)
+    return arr.reshape(arr.shape[0], -1) if arr.ndim != 1 else arr.reshape(-1, 1)
+
+
+def fit_score(
+    negatives: np.ndarray, positives: np.ndarray, *, learner: str = "auto", seed: int = 0
+) -> LearnedScore:
+    """Fit a score telling outputs on D' (``positives``) from outputs on D (``negatives``).
+
+    Args:
+        negatives: Raw outputs on D, ``(n0, d)``.
+        positives: Raw outputs on D', ``(n1, d)``.
+        learner: One of :data:`~dpaudit.mechanisms.schema.LEARNERS`.
+        seed: Seeds the learners that draw random numbers (boosting's validation split).
+
+    Returns:
+        :class:`LearnedScore`.
+
+    Raises:
+        DpauditError: an unknown learner, or outputs of different dimensions.
+    """
+    check_choice("learner", learner, LEARNERS)
+    neg, pos = _rows(negatives), _rows(positives)
+    if neg.shape[1] != pos.shape[1] or neg.shape[0] == 0 or pos.shape[0] == 0:
+        raise DpauditError(
+            f"A learned score needs outputs of one dimension on both inputs; got shapes "
+            f"{neg.shape} and {pos.shape}."
+        )
+    chosen = learner
+    if learner == "auto":
+        distinct = _distinct_rows(np.concatenate([neg, pos]))
+        pooled = neg.shape[0] + pos.shape[0]
+        few = distinct <= DISCRETE_VALUES and distinct * DISCRETE_PER_VALUE <= pooled
+        chosen = "counts" if few else "logistic"
+    fitters: dict[str, Callable[..., tuple[Callable, dict, tuple[str, ...]]]] = {
+        "logistic": _fit_logistic,
+        "boosting": _fit_boosting,
+        "knn": _fit_knn,
+        "counts": _fit_counts,
+    }
+    scorer, model, notes = fitters[chosen](neg, pos, seed=seed)
+    return LearnedScore(chosen, learner, neg.shape[0], pos.shape[0], scorer, model, notes)
+
+
+def _distinct_rows(x: np.ndarray) -> int:
+    # + 0.0 turns −0.0 into 0.0, so both are one value as they compare equal
+    return int(np.unique(x + 0.0, axis=0).shape[0])
+
+
+# ------------------------------------------------------------------------ the learners
+
+
+@dataclass(frozen=True)
+class _Standardiser:
+    """z = (y − mean)/sd with the fitting part's pooled mean and sd (sd 0 → 1)."""
+
+    mean: np.ndarray
+    sd: np.ndarray
+
+    @classmethod
+    def fit(cls, x: np.ndarray) -> _Standardiser:
+        sd = x.std(axis=0)
+        return cls(x.mean(axis=0), np.where(sd > 0, sd, 1.0))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return (x - self.mean) / self.sd
+
+    def describe(self) -> dict[str, Any]:
+        return {"mean": self.mean[:DESCRIBED].tolist(), "sd": self.sd[:DESCRIBED].tolist()}
+
+
+def _labelled(neg: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return np.concatenate([neg, pos]), np.r_[np.zeros(neg.shape[0]), np.ones(pos.shape[0])]
+
+
+@dataclass(frozen=True)
+class _AdditiveFeatures:
+    """Each coordinate's cubic B-spline basis (constant beyond the outermost knots), or
+    the coordinate itself where it has fewer than three distinct knots."""
+
+    std: _Standardiser
+    splines: tuple[Any, ...]  # per coordinate: a fitted SplineTransformer or None
+
+    @classmethod
+    def fit(cls, x: np.ndarray) -> _AdditiveFeatures:
+
+        std = _Standardiser.fit(x)
+        z = std(x)
+        splines: list[Any] = []
+        if z.shape[1] <= SPLINE_MAX_DIMENSION:
+            for j in range(z.shape[1]):
+                knots = np.unique(np.quantile(z[:, j], np.linspace(0.0, 1.0, SPLINE_KNOTS)))
+                if knots.size < 3:
+                    splines.append(None)
+                    continue
+                spline = SplineTransformer(
+                    knots=knots.reshape(-1, 1), degree=3, extrapolation="constant"
+                )
+                splines.append(spline.fit(z[:, j : j + 1]))
+        return cls(std, tuple(splines))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        z = self.std(x)
+        if not self.splines:
+            return z
+        return np.hstack(
+            [
+                z[:, j : j + 1] if s is None else s.transform(z[:, j : j + 1])
+                for j, s in enumerate(self.splines)
+            ]
+        )
+
+    def describe(self) -> dict[str, Any]:
+        splined = sum(s is not None for s in self.splines)
+        return {
+            "features": (
+                f"standardised outputs; {splined} coordinate(s) through a cubic spline with "
+                f"up to {SPLINE_KNOTS} quantile knots (constant beyond them), the others "
+                "linear"
+            ),
+            "standardisation": self.std.describe(),
+        }
+
+
+def _fit_logistic(
+    neg: np.ndarray, pos: np.ndarray, *, seed: int
+) -> tuple[Callable, dict, tuple[str, ...]]:
+
+    x, y = _labelled(neg, pos)
+    features = _AdditiveFeatures.fit(x)
+    design = features(x)
+    # Newton steps (exact Hessians) converge in a few iterations on a few hundred
+    # features, ten times faster than L-BFGS here; beyond, a Hessian costs too much.
+    solver = "newton-cholesky" if design.shape[1] <= NEWTON_MAX_FEATURES else "lbfgs"
+    model = LogisticRegression(C=1.0, max_iter=2000, solver=solver)
+    with warnings.catch_warnings(record=True) as caught:
+        # An unconverged fit is still a fixed function of the fitting trials: valid,
+        # only perhaps weaker. Say so instead of failing.
+        warnings.simplefilter("always", ConvergenceWarning)
+        model.fit(design, y)
+    notes = tuple(
+        "learned score: the logistic regression did not converge; the bound is valid, "
+        "perhaps weaker"
+        for w in caught
+        if issubclass(w.category, ConvergenceWarning)
+    )[:1]
+
+    def score(out: np.ndarray) -> np.ndarray:
+        return model.decision_function(features(out))
+
+    description = {
+        **features.describe(),
+        "regularisation": "L2, C = 1",
+        "solver": solver,
+        "intercept": float(model.intercept_[0]),
+        "coefficients": int(model.coef_.size),
+    }
+    return score, description, notes
+
+
+def _fit_boosting(
+    neg: np.ndarray, pos: np.ndarray, *, seed: int
+) -> tuple[Callable, dict, tuple[str, ...]]:
+
+    std = _Standardiser.fit(np.concatenate([neg, pos]))
+    x, y = _labelled(neg, pos)
+    model = HistGradientBoostingClassifier(
+        max_iter=100, early_stopping=True, random_state=seed % 2**32
+    )
+    model.fit(std(x), y)
+
+    def score(out: np.ndarray) -> np.ndarray:
+        return model.decision_function(std(out))
+
+    description = {
+        "features": "standardised outputs z",
+        "trees": int(model.n_iter_),
+        "early_stopping": bool(model.do_early_stopping_),
+        "standardisation": std.describe(),
+    }
+    return score, description, ()
+
+
+def _fit_knn(
+    neg: np.ndarray, pos: np.ndarray, *, seed: int
+) -> tuple[Callable, dict, tuple[str, ...]]:
+
+    std = _Standardiser.fit(np.concatenate([neg, pos]))
+    x, y = _labelled(neg, pos)
+    k = min(x.shape[0], max(5, math.ceil(math.sqrt(x.shape[0]))))
+    model = KNeighborsClassifier(n_neighbors=k)
+    model.fit(std(x), y)
+
+    def score(out: np.ndarray) -> np.ndarray:
+        votes = model.predict_proba(std(out))[:, 1] * k
+        return np.log(votes + PSEUDO_COUNT) - np.log(k - votes + PSEUDO_COUNT)
+
+    description = {"features": "standardised outputs z", "neighbours": k}
+    return score, description, ()
+
+
+def _fit_counts(
+    neg: np.ndarray, pos: np.ndarray, *, seed: int
+) -> tuple[Callable, dict, tuple[str, ...]]:
+    values, inverse = np.unique(np.concatenate([neg, pos]) + 0.0, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    n0, n1 = neg.shape[0], pos.shape[0]
+    c0 = np.bincount(inverse[:n0], minlength=values.shape[0])
+    c1 = np.bincount(inverse[n0:], minlength=values.shape[0])
+    cells = values.shape[0] + 1  # every unseen output shares one cell
+    a = PSEUDO_COUNT
+    table = np.log((c1 + a) / (n1 + a * cells)) - np.log((c0 + a) / (n0 + a * cells))
+    unseen = float(np.log(a / (n1 + a * cells)) - np.log(a / (n0 + a * cells)))
+    lookup = {row.tobytes(): float(s) for row, s in zip(values, table, strict=True)}
+
+    def score(out: np.ndarray) -> np.ndarray:
+        rows, back = np.unique(out + 0.0, axis=0, return_inverse=True)
+        per_row = np.array([lookup.get(r.tobytes(), unseen) for r in rows])
+        return per_row[back.reshape(-1)]
+
+    top = np.argsort(-(c0 + c1), kind="stable")[:DESCRIBED]
+    description = {
+        "distinct_outputs": int(values.shape[0]),
+        "unseen_output_score": unseen,
+        "most_frequent": [
+            {
+                "output": values[i].tolist(),
+                "fit_counts": [int(c0[i]), int(c1[i])],
+                "score": float(table[i]),
+            }
+            for i in top
+        ],
+    }
+    notes: tuple[str, ...] = ()
+    if values.shape[0] * 2 > n0 + n1:
+        notes = (
+            f"learned score: learner = 'counts' saw {values.shape[0]} distinct outputs among "
+            f"{n0 + n1} fitting outputs: most outputs it scores were never seen and all score "
+            f"{unseen:.3g}; for continuous outputs use learner = 'logistic'",
+        )
+    return score, description, notes
