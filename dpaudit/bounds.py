@@ -223,6 +223,66 @@ def minimum_trials(*, delta: float, confidence_level: float, parameter: str = "e
     return math.floor(math.log(a) / math.log(1.0 - target)) + 1
 
 
+def design_can_bound(
+    trials_per_arm: int,
+    *,
+    delta: float,
+    confidence_level: float,
+    threshold: str = "split",
+    parameter: str = "epsilon",
+    selection_fraction: float = 0.5,
+) -> bool:
+    """Whether ``trials_per_arm`` trials can give a lower bound above 0 at all.
+
+    The rule of :func:`minimum_trials` on the trials that are counted: with ``split``, the
+    evaluation part (the trials left after ``selection_fraction``), each rate at
+    1 − (1 − c)/2; with ``bonferroni``, all n trials, each rate at 1 − (1 − c)/(2(n + 1)).
+    Zero errors in the counted n give the smallest possible upper limit u = 1 − a^(1/n);
+    the ε bound is positive iff 1 − δ − u > u, the μ bound iff u < ½. A design for which
+    this is False proves nothing even with a perfect attack, at this or any higher
+    confidence level, so it can be refused before any trial runs.
+    """
+    n = int(trials_per_arm)
+    if threshold == "split":
+        chosen = round(selection_fraction * n)
+        counted, tests = n - chosen, 1
+        if min(chosen, counted) < 1:
+            return False
+    else:
+        counted, tests = n, n + 1
+    a = (1.0 - confidence_level) / (2.0 * tests)
+    u = 1.0 - a ** (1.0 / max(counted, 1))
+    return (1.0 - delta - u > u) if parameter == "epsilon" else u < 0.5
+
+
+def trials_needed(
+    *, delta: float, confidence_level: float, threshold: str = "split", parameter: str = "epsilon"
+) -> int:
+    """The fewest trials per arm for which :func:`design_can_bound` holds (it is monotone
+    in the trials, so a doubling then a bisection finds it)."""
+    high = 2
+    while not design_can_bound(
+        high,
+        delta=delta,
+        confidence_level=confidence_level,
+        threshold=threshold,
+        parameter=parameter,
+    ):
+        high *= 2
+    low = high // 2
+    while high - low > 1:
+        mid = (low + high) // 2
+        ok = design_can_bound(
+            mid,
+            delta=delta,
+            confidence_level=confidence_level,
+            threshold=threshold,
+            parameter=parameter,
+        )
+        low, high = (low, mid) if ok else (mid, high)
+    return high
+
+
 # ------------------------------------------------------------------- fixed threshold
 
 

@@ -646,3 +646,23 @@ def test_validate_says_how_large_a_large_audit_is(tmp_path: Path) -> None:
     )
     small = runner.invoke(app, ["validate", str(_laplace(tmp_path, name="small"))])
     assert len(_lines(small.output)) == 1  # nothing to say about a small audit
+
+
+def test_validate_says_a_design_is_too_small_before_any_trial(tmp_path: Path) -> None:
+    from dpaudit.bounds import design_can_bound, trials_needed
+
+    audit = _laplace(tmp_path)
+    audit.write_text(audit.read_text().replace("trials = 8000", "trials = 10"))
+    for args in (["validate", str(audit)], ["run", str(audit), "-o", str(tmp_path / "r")]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert _lines(result.output) == [
+            "error: [mechanism] trials = 10 per arm are too few for any ε lower bound above 0 "
+            "at confidence 0.95 (threshold = 'split'): at least 12 are needed even for a "
+            "perfect attack"
+        ]
+    assert not (tmp_path / "r" / "units").exists()
+    # 12 per arm: 6 counted, zero errors, upper limit 1 − 0.025^(1/6) = 0.459 < 0.5
+    assert trials_needed(delta=0.0, confidence_level=0.95) == 12
+    assert design_can_bound(12, delta=0.0, confidence_level=0.95)
+    assert not design_can_bound(11, delta=0.0, confidence_level=0.95)

@@ -34,6 +34,7 @@ import numpy as np
 from dpaudit.bounds import (
     EpsilonBound,
     MuBound,
+    design_can_bound,
     epsilon_lower_bound,
     mu_bound_against_bracket,
     mu_lower_bound,
@@ -127,15 +128,7 @@ def _too_few_for_a_bound(s: DpsgdSection, trials: int, delta: float) -> bool:
     would state, a design this small proves nothing at any higher c either, so it is
     decided without knowing the verdict's per-bound level.
     """
-    if s.threshold == "split":
-        counted, tests = trials - round(0.5 * trials), 1
-        if min(counted, trials - counted) < 1:
-            return True
-    else:
-        counted, tests = trials, trials + 1
-    a = 0.5 / (2.0 * tests)
-    u = 1.0 - a ** (1.0 / max(counted, 1))
-    return not 1.0 - delta - u > u
+    return not design_can_bound(trials, delta=delta, confidence_level=0.5, threshold=s.threshold)
 
 
 def in_verdict(stored: StoredUnits) -> tuple[str, ...]:

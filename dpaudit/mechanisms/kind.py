@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 
-from dpaudit.errors import ConfigError, DpauditError
+from dpaudit.bounds import design_can_bound, trials_needed
+from dpaudit.errors import ConfigError, DpauditError, InsufficientTrialsError
 from dpaudit.kinds.base import AuditKind, KindSummary, Outputs, RunContext, UnitPlan
 from dpaudit.mechanisms.schema import EXACT_TRIALS_LIMIT, LEARNED, MechanismSection
 from dpaudit.mechanisms.units import (
@@ -26,6 +27,7 @@ from dpaudit.mechanisms.units import (
     upper_bound,
 )
 from dpaudit.plugins import plugin_digest
+from dpaudit.upper_bounds import UpperBound
 
 
 class MechanismKind(AuditKind[MechanismSection]):
@@ -42,6 +44,25 @@ class MechanismKind(AuditKind[MechanismSection]):
             upper_bound(section, mech, context.delta)
         except DpauditError as exc:
             raise ConfigError(f"[audit] delta = {context.delta:g} does not fit: {exc}") from None
+        self._check_trials(section, context, upper_bound(section, mech, context.delta))
+
+    @staticmethod
+    def _check_trials(section: MechanismSection, context: RunContext, upper: UpperBound) -> None:
+        """Too few trials for any bound above 0 even with a perfect attack: said now, with
+        the number needed, not after sampling (the verdict's per-bound level is at least
+        c, so a design that proves nothing at c proves nothing in the verdict either)."""
+        if section.score == LEARNED or section.trials > EXACT_TRIALS_LIMIT:
+            return  # the learned path counts fewer; the streamed path always has enough
+        delta, c = upper.epsilon_delta, context.confidence_level
+        if not design_can_bound(
+            section.trials, delta=delta, confidence_level=c, threshold=section.threshold
+        ):
+            needed = trials_needed(delta=delta, confidence_level=c, threshold=section.threshold)
+            raise InsufficientTrialsError(
+                f"[mechanism] trials = {section.trials} per arm are too few for any ε lower "
+                f"bound above 0 at confidence {c:g} (threshold = {section.threshold!r}): at "
+                f"least {needed} are needed even for a perfect attack"
+            )
 
     def size_notes(self, section: MechanismSection, context: RunContext) -> list[str]:
         if section.trials <= EXACT_TRIALS_LIMIT:
