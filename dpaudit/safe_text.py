@@ -14,7 +14,8 @@ megabytes. Every user string passes through one of these before it is shown.
   (``PYTHONIOENCODING=ascii``, some Windows consoles): the field's letters become their
   names (``eps``, ``mu``, ``delta``) instead of crashing the program after its work.
 
-HTML escaping is Jinja2's autoescape (:mod:`dpaudit.report`).
+- :func:`for_html` — for the report: control characters shown as escapes (newlines and
+  tabs kept); Jinja2's autoescape (:mod:`dpaudit.report`) then escapes the markup.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import codecs
 import re
 
-__all__ = ["ASCII_ERRORS", "cut", "for_xml", "one_line"]
+__all__ = ["ASCII_ERRORS", "cut", "for_html", "for_xml", "one_line"]
 
 #: Default longest text shown for one value or message.
 LIMIT = 2000
@@ -50,6 +51,20 @@ def cut(text: str, limit: int = LIMIT) -> str:
 def one_line(text: object, *, limit: int = LIMIT) -> str:
     """``text`` as one safe line for a terminal or a log (see the module docstring)."""
     return cut(_CONTROL.sub(_visible, str(text)), limit)
+
+
+_CONTROL_NOT_LAYOUT = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def for_html(value: object) -> object:
+    """A value for an HTML page (Jinja2 escapes ``<&>"'`` after this): the control
+    characters of :func:`one_line` shown as escapes, newlines and tabs kept (the report
+    shows the audit file as written), nothing cut. Non-strings pass through."""
+    if not isinstance(value, str):
+        return value
+    return _CONTROL_NOT_LAYOUT.sub(_visible, value)
 
 
 def for_xml(text: object, *, limit: int = LIMIT) -> str:

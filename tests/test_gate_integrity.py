@@ -666,3 +666,15 @@ def test_validate_says_a_design_is_too_small_before_any_trial(tmp_path: Path) ->
     assert trials_needed(delta=0.0, confidence_level=0.95) == 12
     assert design_can_bound(12, delta=0.0, confidence_level=0.95)
     assert not design_can_bound(11, delta=0.0, confidence_level=0.95)
+
+
+def test_the_report_shows_control_characters_as_escapes(tmp_path: Path) -> None:
+    audit = _laplace(tmp_path, name="x")
+    audit.write_text(audit.read_text().replace('name = "x"', 'name = "a\\u0000b\\u001b[31mc"'))
+    run_dir = tmp_path / "run"
+    assert runner.invoke(app, ["run", str(audit), "-q", "-o", str(run_dir)]).exit_code == 0
+    html = (run_dir / "report.html").read_text()
+    assert "\x00" not in html
+    assert "\x1b" not in html
+    assert "a\\x00b\\x1b[31mc" in html
+    assert "<svg" in html  # the plots, marked safe, are still drawn

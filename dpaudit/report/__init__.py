@@ -19,6 +19,7 @@ from markupsafe import Markup
 from dpaudit.report import plots
 from dpaudit.report.local_central_plots import local_central_section
 from dpaudit.report.reconstruction_plots import reconstruction_section
+from dpaudit.safe_text import for_html
 
 __all__ = ["render_report"]
 
@@ -41,6 +42,8 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.ChainableUndefined,  # missing optional keys render as nothing
         trim_blocks=True,
         lstrip_blocks=True,
+        # control characters in user strings shown as escapes; markup made here is kept
+        finalize=lambda v: v if isinstance(v, Markup) else for_html(v),
     )
     env.filters["num"] = fmt_number
     env.filters["interval"] = fmt_interval
