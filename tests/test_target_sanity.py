@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -369,3 +370,20 @@ def test_own_targets_are_named_and_their_tests_stand(tmp_path, plain_accuracy) -
         "variant": "dp",
         "accuracy": {"members": 0.55, "non_members": 0.6, "majority_class": 0.62},
     }
+
+
+def test_the_report_shows_each_targets_accuracy(tmp_path: Path) -> None:
+    # The quickstart trains a plain and a DP target; the report states both accuracies,
+    # with the majority-class rate they must beat, in each membership test's section.
+    audits = Path(__file__).resolve().parent.parent / "audits"
+    run_dir = tmp_path / "run"
+    result = CliRunner().invoke(
+        app, ["run", str(audits / "quickstart.toml"), "-q", "-o", str(run_dir)]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads((run_dir / "results.json").read_text())
+    html = (run_dir / "report.html").read_text()
+    for test in data["tests"]:
+        a = test["target"]["accuracy"]
+        line = f"Target accuracy: members {a['members']:.3f}, non-members {a['non_members']:.3f}"
+        assert line in html, line
