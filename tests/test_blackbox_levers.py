@@ -247,7 +247,7 @@ def test_repeated_black_box_audits_of_correct_dpgd_rarely_violate() -> None:
     ],
 )
 def test_levers_reject_what_they_cannot_audit(changes: dict, message: str, tmp_path) -> None:
-    with pytest.raises(ConfigError, match=r"^\[dpsgd\] dpsgd: " + _escape(message)):
+    with pytest.raises(ConfigError, match=r"^run_dpsgd_from_section: " + _escape(message)):
         run_dpsgd_from_section(_section(10, **changes), seed=0, run_dir=tmp_path)
 
 

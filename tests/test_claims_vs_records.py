@@ -278,13 +278,18 @@ def test_the_opacus_loop_run_at_a_tenth_of_its_noise_exits_1(tmp_path: Path) -> 
     from dpaudit.cli import app
 
     root = Path(__file__).resolve().parent.parent / "audits"
-    shutil.copytree(root / "plugins", tmp_path / "plugins")
-    loop = tmp_path / "plugins" / "opacus_loop.py"
+    # A package name of its own: the shipped `plugins` may already be imported in this
+    # process (one process runs many tests; the CLI runs one audit per process).
+    shutil.copytree(root / "plugins", tmp_path / "plugins_sigma_tenth")
+    loop = tmp_path / "plugins_sigma_tenth" / "opacus_loop.py"
     text = loop.read_text()
     assert "noise_multiplier=1.0," in text
     loop.write_text(text.replace("noise_multiplier=1.0,", "noise_multiplier=0.1,"))
     audit = tmp_path / "opacus.toml"
-    audit.write_text((root / "opacus.toml").read_text().replace("trials = 100", "trials = 2"))
+    text = (root / "opacus.toml").read_text().replace("trials = 100", "trials = 2")
+    audit.write_text(
+        text.replace('"plugins.opacus_loop:train"', '"plugins_sigma_tenth.opacus_loop:train"')
+    )
     result = CliRunner().invoke(app, ["run", str(audit), "-q", "-o", str(tmp_path / "run")])
     assert result.exit_code == 1, result.output
     (line,) = [x for x in result.output.splitlines() if x.startswith("FAIL claim_vs_records")]
