@@ -183,10 +183,43 @@ def load_plugin(
         if converted is exc:
             raise
         raise converted from None
+    _check_imported_is_named(module, module_name, base_dir, f"{what} {spec!r}")
     fn = getattr(module, attr, None)
     if fn is None or not callable(fn):
         raise ConfigError(f"Module {module_name!r} has no callable {attr!r} (from {spec!r}).")
     return _Guarded(fn, where)
+
+
+def _check_imported_is_named(
+    module: Any, module_name: str, base_dir: str | Path | None, what: str
+) -> None:
+    """Refuse to run another file's code than the one the audit file's folder holds.
+
+    Python imports a module name once per process, and installed packages come before
+    the audit file's folder: a ``plugins.loop`` imported earlier from another folder (two
+    audits in one process) or an installed package of that name would otherwise run in
+    place of the plug-in next to the audit file, silently. A file with the same bytes is
+    the same code (a copied folder) and is accepted.
+    """
+    if base_dir is None:
+        return
+    root = Path(base_dir).expanduser().resolve()
+    relative = Path(*module_name.split("."))
+    here = next(
+        (c for c in (root / f"{relative}.py", root / relative / "__init__.py") if c.is_file()),
+        None,
+    )
+    origin = getattr(module, "__file__", None)
+    if here is None or origin is None:
+        return
+    imported = Path(origin).resolve()
+    if imported != here.resolve() and file_digest(imported) != file_digest(here):
+        raise ConfigError(
+            f"{what}: Python runs {str(imported)!r} for the module {module_name!r}, not the "
+            f"file next to the audit file ({str(here)!r}); an installed package or a module "
+            "imported earlier in this process has that name: give your module a name of "
+            "its own"
+        )
 
 
 def locate_plugin(spec: str, *, base_dir: str | Path | None = None) -> Path | None:

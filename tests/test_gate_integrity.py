@@ -678,3 +678,26 @@ def test_the_report_shows_control_characters_as_escapes(tmp_path: Path) -> None:
     assert "\x1b" not in html
     assert "a\\x00b\\x1b[31mc" in html
     assert "<svg" in html  # the plots, marked safe, are still drawn
+
+
+def test_a_plug_in_never_runs_another_folders_module_of_the_same_name(tmp_path: Path) -> None:
+    # One process, two audit folders, one module name: the second audit's plug-in must be
+    # its own file, or the run refuses; a copy with the same bytes is the same code.
+    module = f"same_name_{next(_names)}"
+    body = "def mechanism(data, *, rng, size):\n    return rng.laplace({}, 1.0, size)\n"
+    for folder, shift in (("a", "0.0"), ("b", "5.0"), ("c", "0.0")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / f"{module}.py").write_text(body.format(shift))
+        (tmp_path / folder / "plug.toml").write_text(PLUGIN_AUDIT.format(module=module))
+
+    def run(folder: str):
+        toml = tmp_path / folder / "plug.toml"
+        return runner.invoke(app, ["run", str(toml), "-q", "-o", str(tmp_path / f"run-{folder}")])
+
+    assert run("a").exit_code == 0
+    other = run("b")
+    assert other.exit_code == 2, other.output
+    (line,) = _lines(other.output)
+    assert f"for the module '{module}', not the file next to the audit file" in line
+    assert str(tmp_path / "b" / f"{module}.py") in line
+    assert run("c").exit_code == 0  # the same bytes in another folder: the same code
