@@ -113,14 +113,7 @@ def mechanism_summary(
         )
         counts = stream_counts(outputs, design)
         eps_lb, mu_lb = streamed_bounds(counts, delta=upper.epsilon_delta, confidence_level=level)
-        summary = score_summary_from_counts(
-            "mechanism",
-            label,
-            counts.whole,
-            counts.histogram,
-            confidence_level=context.confidence_level,
-            hypotheses=("D", "D'"),
-        ).with_details(streamed=counts.describe())
+        summary = _streamed_test(label, counts, context)
     source = upper.source
     comparisons = [
         Comparison(
@@ -545,14 +538,7 @@ def learned_streamed(
     }
     learned = score.describe()
     more = {"fit": fit, "learned": learned}
-    summary = score_summary_from_counts(
-        "mechanism",
-        label,
-        counts.whole,
-        counts.histogram,
-        confidence_level=context.confidence_level,
-        hypotheses=("D", "D'"),
-    ).with_details(streamed=counts.describe(), learned={**learned, "fit": fit})
+    summary = _streamed_test(label, counts, context, learned={**learned, "fit": fit})
     return (
         replace(eps_lb, details={**eps_lb.details, **more}),
         replace(mu_lb, details={**mu_lb.details, **more}),
@@ -590,3 +576,15 @@ def _identification(mech: Mechanism) -> dict[str, Any] | None:
         "bracket": [found.bracket.low, found.bracket.high],
         "summary": found.summary,
     }
+
+
+def _streamed_test(label: str, counts: Any, context: RunContext, **details: Any) -> TestSummary:
+    """The test of a streamed run, from its summed counts (never every score)."""
+    return score_summary_from_counts(
+        "mechanism",
+        label,
+        counts.whole,
+        counts.histogram,
+        confidence_level=context.confidence_level,
+        hypotheses=("D", "D'"),
+    ).with_details(streamed=counts.describe(), **details)
