@@ -243,11 +243,13 @@ def test_details_report_realised_and_ideal(tmp_path):
     assert 0 <= details["ideal_epsilon"] <= details["realised_epsilon"] <= 1.0
     assert not _violation(out)
     # the report's test section states both, next to the calibrated sensitivity
-    from dpaudit.report import render_report
+    from dpaudit.report import fmt_number, render_report
 
     html = render_report({"tests": [out.tests[0].to_dict()]})
-    assert "Realised sensitivity ‖θ*(D) − θ*(D′)‖ = " in html
-    assert f"{details['calibrated_sensitivity']:.3g}" in html
+    realised = fmt_number(details["realised_sensitivity"])
+    calibrated = fmt_number(details["calibrated_sensitivity"])
+    assert f"Realised sensitivity ‖θ*(D) − θ*(D′)‖ = {realised} against the calibrated " in html
+    assert f"against the calibrated {calibrated}: this pair" in html
 
 
 # ------------------------------------------------------------------------- validity

@@ -148,6 +148,48 @@ def _validity_legend(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return list(legend)
 
 
+def _folded_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One table row per test, a line per (test, parameter): the rigorous bound, its twins
+    folded in.
+
+    A membership attack gives a rigorous one-run bound and a heuristic twin on the same
+    test; a white-box canary a rigorous ε and an ε that assumes GDP. The table's row is the
+    first rigorous bound of its (test, parameter) (or the first bound when none is
+    rigorous); the others become its ``twins``, shown in a column of their own. Two
+    rigorous bounds of one (test, parameter) keep a line each. Each returned row is
+    ``{"test": label, "subrows": [line, ...]}``.
+    """
+    folded: list[dict[str, Any]] = []
+    primary: dict[tuple[str, str], dict[str, Any]] = {}
+    pending: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        key = (str(row.get("test")), str(row.get("parameter")))
+        if row["rigorous"] and key not in primary:
+            primary[key] = {**row, "twins": pending.pop(key, [])}
+            folded.append(primary[key])
+        elif not row["rigorous"] and key in primary:
+            primary[key]["twins"].append(row)
+        elif not row["rigorous"]:
+            pending.setdefault(key, []).append(row)
+        else:
+            folded.append({**row, "twins": []})
+    for twins in pending.values():  # no rigorous bound: the first leads its twins
+        folded.append({**twins[0], "twins": twins[1:]})
+    # In the order of each (test, parameter)'s first bound (a stable sort keeps two
+    # rigorous rows of one key in their order), then gathered per test: one table row
+    # per test, a line in it per parameter (ε, μ).
+    tests: dict[str, list[dict[str, Any]]] = {}
+    for row in sorted(folded, key=lambda r: _first(rows, r)):
+        tests.setdefault(str(row.get("test")), []).append(row)
+    return [{"test": test, "subrows": subrows} for test, subrows in tests.items()]
+
+
+def _first(rows: list[dict[str, Any]], row: dict[str, Any]) -> int:
+    """Position of the first bound of ``row``'s (test, parameter) in ``rows``."""
+    key = (row.get("test"), row.get("parameter"))
+    return next(i for i, r in enumerate(rows) if (r.get("test"), r.get("parameter")) == key)
+
+
 def _bound_rows(bounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for b in bounds:
@@ -284,6 +326,7 @@ def _headline(
                     "best_of_level": _best_of_level(found, verdict_level),
                     "in_verdict": all(r.get("in_verdict") for r in found),
                     "source": best["source"],
+                    "test": best.get("test"),
                     "violation": bool(best.get("violation")),
                     "tightness": best.get("tightness"),
                     "against": _against(best),
@@ -324,6 +367,149 @@ def _headline(
     return headline
 
 
+#: Fewer trials than this in either hypothesis: no curve is drawn, its points are listed.
+MIN_CURVE_TRIALS = 20
+
+
+def _series_name(test: dict[str, Any], attack: str) -> str:
+    """An attack's name in a legend: "auto: lira-online" when "auto" chose a variant."""
+    options = (test.get("attack") or {}).get("options") or {}
+    selected = (options.get("selection") or {}).get("selected")
+    return f"{attack}: {selected}" if selected else attack
+
+
+def _points(test: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """The trade-off curve's distinct (FPR, FNR) points, in threshold order."""
+    curve = test.get("curve") or {}
+    points: list[tuple[Any, Any]] = []
+    for fpr, fnr in zip(curve.get("fpr") or [], curve.get("fnr") or [], strict=False):
+        if not points or points[-1] != (fpr, fnr):
+            points.append((fpr, fnr))
+    return points
+
+
+def _few_trials(test: dict[str, Any]) -> bool:
+    trials = [test.get("negatives"), test.get("positives")]
+    return any(isinstance(n, int) and n < MIN_CURVE_TRIALS for n in trials)
+
+
+def _test_groups(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tests in sections: the attacks on one target together, one plot of each kind.
+
+    Tests named "<attack> on <target>" share a section per target, and the gradient
+    inversion tests of a reconstruction audit one section; any other test has its own.
+    A test with fewer than :data:`MIN_CURVE_TRIALS` trials in a hypothesis is drawn in no
+    curve (a curve through a handful of points suggests a precision it does not have):
+    its points are listed instead.
+    """
+    groups: dict[str, dict[str, Any]] = {}
+    for i, test in enumerate(tests):
+        label = str(test.get("label", ""))
+        match = _ON_TARGET.match(label)
+        rec = test.get("reconstruction")
+        if match:
+            key, title, name = match["subject"], f"Tests on {match['subject']}", match["attack"]
+            name = _series_name(test, name)
+        elif isinstance(rec, dict) and "metrics" in rec:
+            key, title, name = "reconstruction", "Gradient inversion as a test", label
+        else:
+            key, title, name = f"test {i}", label, label
+        group = groups.setdefault(
+            key, {"title": title, "tests": [], "names": [], "index": len(groups) + 1}
+        )
+        group["tests"].append({"data": test, "name": name, "index": i, "few": _few_trials(test)})
+        group["names"].append(name)
+    out = []
+    for group in groups.values():
+        entries = group["tests"]
+        drawn = [e for e in entries if not e["few"]]
+        title = f"Test: {entries[0]['data'].get('label')}" if len(entries) == 1 else group["title"]
+        prefix = f"g{group['index']}-"
+        data, names = [e["data"] for e in drawn], [e["name"] for e in drawn]
+        out.append(
+            {
+                "title": title,
+                "index": group["index"],
+                "tests": entries,
+                "single": len(entries) == 1,
+                "tradeoff_svg": _safe(
+                    plots.tradeoff_plot(data, names=names, id_prefix=prefix + "t-")
+                )
+                if data
+                else None,
+                "roc_svg": _safe(plots.roc_plot(data, names=names, id_prefix=prefix + "r-"))
+                if data
+                else None,
+                "histogram_svg": _safe(
+                    plots.histograms_plot(data, names=names, id_prefix=prefix + "h-")
+                )
+                if data
+                else None,
+                "few": [dict(e, points=_points(e["data"])) for e in entries if e["few"]],
+            }
+        )
+    return out
+
+
+def _subject_of(label: str) -> str | None:
+    match = _ON_TARGET.match(label)
+    return match["subject"] if match else None
+
+
+def _utility(
+    tests: list[dict[str, Any]],
+    attribute: list[dict[str, Any]],
+    headline: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Per target, its accuracy beside what the audit found: the report's first table.
+
+    Accuracy (members, non-members, held-out rows, always guessing the most common label)
+    comes from the target's tests; the privacy side is the headline's statement of that
+    target and the attribute-inference advantage on it, when the audit measured one.
+    """
+    rows: dict[str, dict[str, Any]] = {}
+    for test in tests:
+        target = test.get("target") or {}
+        accuracy = target.get("accuracy")
+        if not isinstance(accuracy, dict):
+            continue
+        label = str(test.get("label", ""))
+        subject = _subject_of(label) or str(target.get("variant") or label)
+        rows.setdefault(subject, {"subject": subject, "accuracy": accuracy, "attribute": None})
+    for h in headline:
+        if h["subject"] in rows:
+            rows[h["subject"]]["statements"] = h["statements"]
+    for a in attribute:
+        for subject, row in rows.items():
+            if f" on {subject}" in str(a.get("label", "")) and row["attribute"] is None:
+                row["attribute"] = a
+    return list(rows.values())
+
+
+def _riskiest(tests: list[dict[str, Any]], headline: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per target, the riskiest records of the attack that leads its headline (or the
+    first attack that listed any)."""
+    leads = {h["subject"]: h["statements"][0].get("test") for h in headline if h.get("statements")}
+    chosen: dict[str, dict[str, Any]] = {}
+    for test in tests:
+        records = test.get("riskiest_records")
+        if not isinstance(records, dict) or not records.get("top"):
+            continue
+        label = str(test.get("label", ""))
+        subject = _subject_of(label) or label
+        match = _ON_TARGET.match(label)
+        entry = {
+            "subject": subject,
+            "test": label,
+            "attack": _series_name(test, match["attack"]) if match else label,
+            "records": records,
+            "last": records["top"][-1],
+        }
+        if subject not in chosen or leads.get(subject) == label:
+            chosen[subject] = entry
+    return list(chosen.values())
+
+
 def render_report(results: dict[str, Any]) -> str:
     """Render the HTML report of one audit.
 
@@ -336,18 +522,11 @@ def render_report(results: dict[str, Any]) -> str:
     """
     if hasattr(results, "to_dict"):
         results = results.to_dict()
-    tests = []
-    for i, test in enumerate(results.get("tests") or []):
-        tests.append(
-            {
-                "data": test,
-                "tradeoff_svg": _safe(plots.tradeoff_plot(test, id_prefix=f"t{i}-tradeoff-")),
-                "roc_svg": _safe(plots.roc_plot(test, id_prefix=f"t{i}-roc-")),
-                "histogram_svg": _safe(plots.histogram_plot(test, id_prefix=f"t{i}-hist-")),
-            }
-        )
+    raw_tests = results.get("tests") or []
     checks = results.get("checks") or []
     bounds = _bound_rows(results.get("bounds") or [])
+    headline = _headline(bounds, raw_tests, _verdict_level(results))
+    attribute = _attribute_rows(results.get("attribute") or [])
     html = (
         _environment()
         .get_template("report.html.j2")
@@ -356,10 +535,14 @@ def render_report(results: dict[str, Any]) -> str:
             failed=[c for c in checks if not c.get("passed")],
             checks=checks,
             bounds=bounds,
-            headline=_headline(bounds, results.get("tests") or [], _verdict_level(results)),
+            rows=_folded_rows(bounds),
+            headline=headline,
             validities=_validity_legend(bounds),
-            tests=tests,
-            attribute=_attribute_rows(results.get("attribute") or []),
+            groups=_test_groups(raw_tests),
+            utility=_utility(raw_tests, attribute, headline),
+            riskiest=_riskiest(raw_tests, headline),
+            min_curve_trials=MIN_CURVE_TRIALS,
+            attribute=attribute,
             provenance=results.get("provenance") or {},
             # A kind's own section: present only when its tests carry its details.
             rec=reconstruction_section(results),

@@ -98,71 +98,145 @@ def _arrays(curve: dict[str, Any], *keys: str) -> list[np.ndarray]:
     return [np.asarray(curve.get(k) or [], dtype=float) for k in keys]
 
 
-def tradeoff_plot(test: dict[str, Any], *, id_prefix: str = "tradeoff-") -> str | None:
-    """FPR vs FNR: the empirical trade-off curve, its CP region, and the theory curves.
+#: Colours of several tests drawn in one plot (Okabe–Ito, without the two class colours).
+SERIES = ("#222222", "#D55E00", "#0072B2", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
 
-    The region is the union over thresholds of the boxes [fpr_low, fpr_high] ×
+
+def _curves(
+    tests: Sequence[dict[str, Any]], names: Sequence[str] | None
+) -> list[tuple[str, str, list[np.ndarray]]]:
+    """(label, colour, arrays) of every test whose curve can be drawn."""
+    out = []
+    single = len(tests) == 1
+    for i, test in enumerate(tests):
+        arrays = _arrays(
+            test.get("curve") or {}, "fpr", "fnr", "fpr_low", "fpr_high", "fnr_low", "fnr_high"
+        )
+        fpr, fnr = arrays[0], arrays[1]
+        if fpr.size == 0 or fpr.size != fnr.size:
+            continue
+        name = "empirical" if single or names is None else plain_text(names[i])
+        colour = COLOURS["empirical"] if single else SERIES[i % len(SERIES)]
+        out.append((name, colour, arrays))
+    return out
+
+
+def _theory(tests: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The theory curves of the tests, each label once (tests on one target share them)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for test in tests:
+        for tc in test.get("theory_curves") or []:
+            seen.setdefault(str(tc.get("label")), tc)
+    return list(seen.values())
+
+
+def _decade_ticks(ax: Any, axis: str, low: float) -> None:
+    """Log-axis ticks at powers of ten only, written as plain decimals (0.01, 0.1, 1).
+
+    Matplotlib labels minor ticks of a log axis spanning less than a decade or two
+    ("2×10⁻¹ 3×10⁻¹ …"), which overlap at report sizes; decades alone never do.
+    """
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+
+    first = math.floor(math.log10(low))
+    ticks = [10.0**k for k in range(first, 1)]
+    ticks = [t for t in ticks if t >= low * (1 - 1e-9)] or [1.0]
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_major_locator(FixedLocator(ticks))
+    target.set_minor_locator(NullLocator())
+    target.set_minor_formatter(NullFormatter())
+    labels = [f"{t:.{max(0, -round(math.log10(t)))}f}" for t in ticks]
+    (ax.set_xticklabels if axis == "x" else ax.set_yticklabels)(labels)
+
+
+def tradeoff_plot(
+    test: dict[str, Any] | Sequence[dict[str, Any]],
+    *,
+    id_prefix: str = "tradeoff-",
+    names: Sequence[str] | None = None,
+) -> str | None:
+    """FPR vs FNR: the empirical trade-off curve(s), CP region(s), and the theory curves.
+
+    ``test`` is one test, or several (drawn in one plot, one colour each, named by
+    ``names``). The region is the union over thresholds of the boxes [fpr_low, fpr_high] ×
     [fnr_low, fnr_high] (pointwise two-sided Clopper–Pearson intervals); since both rates
     are monotone in the threshold, it is drawn as the polygon between the curve of upper
     corners and the curve of lower corners.
     """
-    curve = test.get("curve") or {}
-    fpr, fnr, fpr_lo, fpr_hi, fnr_lo, fnr_hi = _arrays(
-        curve, "fpr", "fnr", "fpr_low", "fpr_high", "fnr_low", "fnr_high"
-    )
-    if fpr.size == 0 or fpr.size != fnr.size:
+    tests = [test] if isinstance(test, dict) else list(test)
+    curves = _curves(tests, names)
+    if not curves:
         return None
+    single = len(tests) == 1
     with mpl.rc_context(_RC):
-        fig = Figure(figsize=(4.6, 4.2))
+        fig = Figure(figsize=(4.0, 2.8))
         ax = fig.subplots()
-        if fpr_lo.size == fpr.size == fpr_hi.size == fnr_lo.size == fnr_hi.size:
-            xs = np.concatenate([fpr_hi, fpr_lo[::-1]])
-            ys = np.concatenate([fnr_hi, fnr_lo[::-1]])
-            ax.fill(xs, ys, color=COLOURS["region"], alpha=0.35, lw=0, label="confidence region")
-        for tc in test.get("theory_curves") or []:
+        for k, (_, colour, arrays) in enumerate(curves):
+            fpr, _, fpr_lo, fpr_hi, fnr_lo, fnr_hi = arrays
+            if fpr_lo.size == fpr.size == fpr_hi.size == fnr_lo.size == fnr_hi.size:
+                xs = np.concatenate([fpr_hi, fpr_lo[::-1]])
+                ys = np.concatenate([fnr_hi, fnr_lo[::-1]])
+                ax.fill(
+                    xs,
+                    ys,
+                    color=COLOURS["region"] if single else colour,
+                    alpha=0.35 if single else 0.12,
+                    lw=0,
+                    label="confidence region" if k == 0 else None,
+                )
+        for tc in _theory(tests):
             tx, ty = _arrays(tc, "fpr", "fnr")
             if tx.size and tx.size == ty.size:
                 colour = COLOURS.get(str(tc.get("kind")), COLOURS["other"])
                 ax.plot(tx, ty, ls="--", lw=1.3, color=colour, label=plain_text(tc.get("label")))
-        ax.plot(fpr, fnr, color=COLOURS["empirical"], lw=1.4, label="empirical")
+        for name, colour, arrays in curves:
+            ax.plot(arrays[0], arrays[1], color=colour, lw=1.4, label=name)
         ax.plot([0, 1], [1, 0], color="#bbbbbb", lw=0.8, ls=":", label="random guessing")
-        ax.set(xlim=(0, 1), ylim=(0, 1), aspect="equal")
+        ax.set(xlim=(0, 1), ylim=(0, 1))
         ax.set_xlabel("false positive rate (type I error)")
         ax.set_ylabel("false negative rate (type II error)")
         ax.legend(loc="upper right")
         return svg_fragment(fig, id_prefix=id_prefix)
 
 
-def roc_plot(test: dict[str, Any], *, id_prefix: str = "roc-") -> str | None:
-    """TPR vs FPR on log-log axes (low FPR is where privacy attacks matter)."""
-    curve = test.get("curve") or {}
-    fpr, fnr, fpr_lo, fpr_hi, fnr_lo, fnr_hi = _arrays(
-        curve, "fpr", "fnr", "fpr_low", "fpr_high", "fnr_low", "fnr_high"
-    )
-    if fpr.size == 0 or fpr.size != fnr.size:
+def roc_plot(
+    test: dict[str, Any] | Sequence[dict[str, Any]],
+    *,
+    id_prefix: str = "roc-",
+    names: Sequence[str] | None = None,
+) -> str | None:
+    """TPR vs FPR on log-log axes (low FPR is where privacy attacks matter).
+
+    ``test`` is one test or several (one colour each, named by ``names``); each test's
+    TPR confidence band is drawn under its curve.
+    """
+    tests = [test] if isinstance(test, dict) else list(test)
+    curves = _curves(tests, names)
+    if not curves:
         return None
-    tpr = 1.0 - fnr
-    negatives = int(test.get("negatives") or 0)
-    positives = int(test.get("positives") or 0)
+    single = len(tests) == 1
+    negatives = max(int(t.get("negatives") or 0) for t in tests)
+    positives = max(int(t.get("positives") or 0) for t in tests)
     # Log axes cannot show rate 0: start one count above it (the smallest non-zero rate).
     floor = 1.0 / max(negatives, positives, 10)
-    keep = (fpr > 0) & (tpr > 0)
     with mpl.rc_context(_RC):
-        fig = Figure(figsize=(4.6, 4.2))
+        fig = Figure(figsize=(4.0, 2.8))
         ax = fig.subplots()
-        if fnr_lo.size == fpr.size == fnr_hi.size == fpr_lo.size == fpr_hi.size:
-            band = fpr > 0
-            ax.fill_between(
-                fpr[band],
-                np.maximum(1.0 - fnr_hi[band], floor / 10),
-                1.0 - fnr_lo[band],
-                color=COLOURS["region"],
-                alpha=0.35,
-                lw=0,
-                step="post",
-                label="TPR confidence band",
-            )
-        for tc in test.get("theory_curves") or []:
+        for k, (_, colour, arrays) in enumerate(curves):
+            fpr, _, fpr_lo, fpr_hi, fnr_lo, fnr_hi = arrays
+            if fnr_lo.size == fpr.size == fnr_hi.size == fpr_lo.size == fpr_hi.size:
+                band = fpr > 0
+                ax.fill_between(
+                    fpr[band],
+                    np.maximum(1.0 - fnr_hi[band], floor / 10),
+                    1.0 - fnr_lo[band],
+                    color=COLOURS["region"] if single else colour,
+                    alpha=0.35 if single else 0.12,
+                    lw=0,
+                    step="post",
+                    label="TPR confidence band" if k == 0 else None,
+                )
+        for tc in _theory(tests):
             tx, ty = _arrays(tc, "fpr", "fnr")
             if tx.size and tx.size == ty.size:
                 ok = (tx > 0) & (1.0 - ty > 0)
@@ -175,11 +249,16 @@ def roc_plot(test: dict[str, Any], *, id_prefix: str = "roc-") -> str | None:
                     color=colour,
                     label=plain_text(tc.get("label")),
                 )
-        if keep.any():
-            ax.plot(fpr[keep], tpr[keep], color=COLOURS["empirical"], lw=1.4, label="empirical")
+        for name, colour, arrays in curves:
+            fpr, tpr = arrays[0], 1.0 - arrays[1]
+            keep = (fpr > 0) & (tpr > 0)
+            if keep.any():
+                ax.plot(fpr[keep], tpr[keep], color=colour, lw=1.4, label=name)
         grid = np.logspace(math.log10(floor), 0, 50)
         ax.plot(grid, grid, color="#bbbbbb", lw=0.8, ls=":", label="random guessing")
         ax.set(xscale="log", yscale="log", xlim=(floor, 1), ylim=(floor, 1.05))
+        _decade_ticks(ax, "x", floor)
+        _decade_ticks(ax, "y", floor)
         ax.set_xlabel("false positive rate")
         ax.set_ylabel("true positive rate")
         ax.legend(loc="lower right")
@@ -216,14 +295,10 @@ def is_concentrated(neg: np.ndarray, pos: np.ndarray) -> bool:
     return bool(pooled[:CONCENTRATED_BINS].sum() >= CONCENTRATED_SHARE * total)
 
 
-def histogram_plot(test: dict[str, Any], *, id_prefix: str = "histogram-") -> str | None:
-    """The score histograms of the two hypotheses (as densities, one step line each).
-
-    The bins come from ``results.json`` as they are. Empty bins at either end are not
-    drawn; when a few bins hold most scores (:func:`is_concentrated`) the y axis is
-    logarithmic, so that the tails and both classes stay visible. The second class is drawn
-    dashed on top of the first, so it shows where the two coincide.
-    """
+def _histogram_series(
+    test: dict[str, Any],
+) -> tuple[np.ndarray, list[tuple[np.ndarray, Any, str]], bool, float] | None:
+    """(edges, [(density, name, class)], log scale?, share in the fullest bins) or None."""
     hist = test.get("histogram") or {}
     (edges,) = _arrays(hist, "edges")
     neg, pos = _arrays(hist, "negatives", "positives")
@@ -237,50 +312,101 @@ def histogram_plot(test: dict[str, Any], *, id_prefix: str = "histogram-") -> st
     if not np.all(widths > 0):
         return None
     log = is_concentrated(neg, pos)
+    share = float(np.sort(neg + pos)[::-1][:CONCENTRATED_BINS].sum() / max((neg + pos).sum(), 1))
     series = []
     for counts, name, key in ((neg, names[0], "negative"), (pos, names[-1], "positive")):
         total = totals[key]
         series.append((counts / (total * widths) if total > 0 else counts, name, key))
+    return edges, series, log, share
+
+
+def _draw_histogram(
+    ax: Any, test: dict[str, Any], *, legend: bool, title: str | None, compact: bool = False
+) -> bool:
+    """One test's two histograms on ``ax`` (see :func:`histogram_plot`); False if none."""
+    found = _histogram_series(test)
+    if found is None:
+        return False
+    edges, series, log, share = found
+    floor = 0.0
+    if log:
+        # One score in the widest bin of the sparser class, halved: the axis starts just
+        # below the smallest non-zero density, and empty bins sit on that floor.
+        positive = np.concatenate([d[d > 0] for d, _, _ in series])
+        floor = float(positive.min()) / 2 if positive.size else 1e-12
+    for density, name, key in series:
+        dashed = key == "positive"
+        shown = np.maximum(density, floor) if log else density
+        ax.stairs(
+            shown,
+            edges,
+            baseline=floor,
+            color=COLOURS[key],
+            lw=1.4,
+            ls=(0, (4, 2)) if dashed else "-",
+            label=plain_text(name),
+            zorder=3 if dashed else 2,
+        )
+        ax.stairs(shown, edges, baseline=floor, color=COLOURS[key], alpha=0.15, fill=True)
+    ax.set_xlim(edges[0], edges[-1])
+    ax.xaxis.set_major_locator(mpl.ticker.MaxNLocator(nbins=5))
+    bins = series[0][0].size
+    heading = [] if title is None else [plain_text(title)]
+    if log:
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=floor)
+        ax.yaxis.set_minor_formatter(mpl.ticker.NullFormatter())
+        heading.append(
+            f"Log scale: {100 * share:.0f} % of the scores fall in {CONCENTRATED_BINS} of "
+            f"{bins} bins"
+        )
+    if heading:
+        ax.set_title("\n".join(heading), fontsize=8.0, color="#555555", loc="left")
+    if legend:
+        right = _mass_on_the_right(series[0][0] + series[1][0])
+        ax.legend(loc="upper left" if right else "upper right", ncols=2 if compact else 1)
+    return True
+
+
+def histogram_plot(test: dict[str, Any], *, id_prefix: str = "histogram-") -> str | None:
+    """The score histograms of the two hypotheses (as densities, one step line each).
+
+    The bins come from ``results.json`` as they are. Empty bins at either end are not
+    drawn; when a few bins hold most scores (:func:`is_concentrated`) the y axis is
+    logarithmic, so that the tails and both classes stay visible. The second class is drawn
+    dashed on top of the first, so it shows where the two coincide.
+    """
+    found = _histogram_series(test)
+    if found is None:
+        return None
+    names: Sequence[Any] = test.get("hypotheses") or ("H0", "H1")
+    log = found[2]
     with mpl.rc_context(_RC):
-        fig = Figure(figsize=(9.4, 2.8))
+        fig = Figure(figsize=(4.0, 2.8))
         ax = fig.subplots()
-        floor = 0.0
-        if log:
-            # One score in the widest bin of the sparser class, halved: the axis starts just
-            # below the smallest non-zero density, and empty bins sit on that floor.
-            positive = np.concatenate([d[d > 0] for d, _, _ in series])
-            floor = float(positive.min()) / 2 if positive.size else 1e-12
-        for density, name, key in series:
-            dashed = key == "positive"
-            shown = np.maximum(density, floor) if log else density
-            ax.stairs(
-                shown,
-                edges,
-                baseline=floor,
-                color=COLOURS[key],
-                lw=1.4,
-                ls=(0, (4, 2)) if dashed else "-",
-                label=plain_text(name),
-                zorder=3 if dashed else 2,
-            )
-            ax.stairs(shown, edges, baseline=floor, color=COLOURS[key], alpha=0.15, fill=True)
-        ax.set_xlim(edges[0], edges[-1])
-        ax.set_xlabel("attack score (larger means the attack believes the second hypothesis)")
-        if log:
-            ax.set_yscale("log")
-            ax.set_ylim(bottom=floor)
-            ax.set_ylabel("density (log scale)")
-            share = np.sort(neg + pos)[::-1][:CONCENTRATED_BINS].sum() / (neg + pos).sum()
-            ax.set_title(
-                f"Log scale: {100 * share:.0f} % of the scores fall in {CONCENTRATED_BINS} of "
-                f"{neg.size} bins (outliers stretch the range)",
-                fontsize=8.0,
-                color="#555555",
-                loc="left",
-            )
-        else:
+        _draw_histogram(ax, test, legend=True, title=None)
+        ax.set_xlabel(f"attack score\n(larger: more like {plain_text(names[-1])})")
+        ax.set_ylabel("density (log scale)" if log else "density")
+        return svg_fragment(fig, id_prefix=id_prefix)
+
+
+def histograms_plot(
+    tests: Sequence[dict[str, Any]], *, names: Sequence[str], id_prefix: str = "histograms-"
+) -> str | None:
+    """The score histograms of several tests, one small panel each (own score axis)."""
+    drawable = [(t, n) for t, n in zip(tests, names, strict=True) if _histogram_series(t)]
+    if not drawable:
+        return None
+    if len(drawable) == 1:
+        return histogram_plot(drawable[0][0], id_prefix=id_prefix)
+    with mpl.rc_context(_RC):
+        fig = Figure(figsize=(4.0, 0.45 + 0.8 * len(drawable)), layout="constrained")
+        axes = fig.subplots(len(drawable), 1)
+        for i, (ax, (test, name)) in enumerate(zip(axes, drawable, strict=True)):
+            _draw_histogram(ax, test, legend=i == 0, title=name, compact=True)
             ax.set_ylabel("density")
-        ax.legend(loc="upper left" if _mass_on_the_right(neg + pos) else "upper right")
+            ax.tick_params(labelsize=7.5)
+        axes[-1].set_xlabel("attack score (each attack on its own scale)")
         return svg_fragment(fig, id_prefix=id_prefix)
 
 

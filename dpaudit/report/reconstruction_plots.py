@@ -138,8 +138,12 @@ def _fmt_fit(fit: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def reconstruction_section(results: dict[str, Any]) -> dict[str, Any] | None:
-    """What ``_reconstruction.html.j2`` shows, or None when no test is a reconstruction."""
-    rows, scaling, error_names = [], [], []
+    """What ``_reconstruction.html.j2`` shows, or None when no test is a reconstruction.
+
+    Defence rows (with their images), the scaling grids, and the identification games
+    (their numbers only: the game's ε bound is in the bounds table).
+    """
+    rows, scaling, error_names, games = [], [], [], []
     for i, test in enumerate(results.get("tests") or []):
         rec = test.get("reconstruction")
         if not isinstance(rec, dict):
@@ -161,6 +165,8 @@ def reconstruction_section(results: dict[str, Any]) -> dict[str, Any] | None:
             error_names.append(metrics.get("error"))
             rows.append(
                 {
+                    "defence": (rec.get("defence") or {}).get("name"),
+                    "recovered": _recovered(metrics),
                     "label": rec.get("defence_label") or test.get("label"),
                     "attack": rec.get("attack"),
                     "batch_size": rec.get("batch_size"),
@@ -180,7 +186,25 @@ def reconstruction_section(results: dict[str, Any]) -> dict[str, Any] | None:
                     "svg": scaling_plot(rec, id_prefix=f"rs{i}-"),
                 }
             )
-    if not rows and not scaling:
+        elif "game" in rec:
+            games.append({"label": test.get("label"), **rec})
+    if not rows and not scaling and not games:
         return None
     names = [n for n in dict.fromkeys(error_names) if n]
-    return {"rows": rows, "scaling": scaling, "errors": names}
+    return {
+        "rows": rows,
+        "scaling": scaling,
+        "games": games,
+        "errors": names,
+        # The lead: exact recoveries without a defence against those under DP-SGD.
+        "undefended": [r for r in rows if r["defence"] == "none"],
+        "dpsgd": [r for r in rows if r["defence"] == "dpsgd"],
+    }
+
+
+def _recovered(metrics: dict[str, Any]) -> int | None:
+    """How many examples came back within the tolerance (fraction × examples, whole)."""
+    fraction, examples = metrics.get("fraction_recovered"), metrics.get("examples")
+    if not isinstance(fraction, int | float) or not isinstance(examples, int):
+        return None
+    return round(fraction * examples)
