@@ -17,6 +17,7 @@ _EXPORTS: dict[str, str] = {
     "accounting": "dpaudit.accounting",
     "theory": "dpaudit.theory",
     "run_audit": "dpaudit.audit",
+    "audit_model": "dpaudit.notebook",
     "EpsilonBound": "dpaudit.bounds",
     "MuBound": "dpaudit.bounds",
     "epsilon_from_counts": "dpaudit.bounds",
@@ -85,6 +86,7 @@ if TYPE_CHECKING:  # the names as static type checkers should see them
         prepare_target,
     )
     from dpaudit.models import ModelSpec, ModelStack
+    from dpaudit.notebook import audit_model
     from dpaudit.results import AuditResult
     from dpaudit.stats import ConfidenceInterval, clopper_pearson
     from dpaudit.tradeoff import MembershipMetrics, TradeoffCurve, membership_metrics

@@ -1,0 +1,307 @@
+"""The MLflow evaluator against a real local tracking store (a ``file:`` URI in tmp_path).
+
+A scikit-learn forest that memorises its training rows is logged with ``mlflow.sklearn``
+and evaluated with ``evaluators="dpaudit"``. The metrics read back from the tracking
+store must equal the numbers of the ``results.json`` logged next to them; the AUC must
+equal scikit-learn's ROC AUC of the loss attack computed here from ``predict_proba``
+(an independent reference of what the evaluator audits); a threshold the audit misses
+must fail ``mlflow.validate_evaluation_results`` and one it meets must pass.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+mlflow = pytest.importorskip("mlflow")
+
+import pandas as pd  # noqa: E402
+from mlflow.models import MetricThreshold  # noqa: E402
+from mlflow.models.evaluation.evaluator_registry import _model_evaluation_registry  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+from sklearn.ensemble import RandomForestClassifier  # noqa: E402
+from sklearn.metrics import roc_auc_score  # noqa: E402
+
+from dpaudit.errors import ConfigError, DataError  # noqa: E402
+from dpaudit.mlflow_evaluator import (  # noqa: E402
+    DpauditEvaluator,
+    EvaluatorConfig,
+    _split_features,
+    metrics_from_results,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+N, D = 400, 5
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory):
+    """A tracking store, a logged forest trained on the rows whose fair coin said 'member'."""
+    root = tmp_path_factory.mktemp("mlflow")
+    # MLflow 3 keeps the file store only on request (sqlite needs SQLAlchemy, which
+    # mlflow-skinny does not install); it is a real store all the same.
+    patch = pytest.MonkeyPatch()
+    patch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri((root / "mlruns").as_uri())
+    mlflow.set_experiment("dpaudit-test")
+    if not _model_evaluation_registry.is_registered("dpaudit"):
+        # dpaudit installed before the entry point was declared: register it by hand
+        # (test_the_entry_point_is_declared checks the declaration itself).
+        _model_evaluation_registry.register("dpaudit", DpauditEvaluator)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(N, D))
+    y = (X[:, 0] + 0.8 * rng.normal(size=N) > 0).astype(int)  # noisy labels: forests memorise
+    member = rng.random(N) < 0.5  # fair coins
+    data = pd.DataFrame(X, columns=[f"x{i}" for i in range(D)])
+    model = RandomForestClassifier(n_estimators=20, random_state=0)
+    model.fit(data[member], y[member])
+    data["label"] = y
+    data["is_member"] = member.astype(int)
+    with mlflow.start_run() as run:
+        # Saved with skops: the forest's tree storage is a type we made ourselves.
+        info = mlflow.sklearn.log_model(
+            model,
+            name="forest",
+            skops_trusted_types=["sklearn.tree._tree.Tree"],
+            pip_requirements=["scikit-learn"],  # no inference: it runs a subprocess
+        )
+    p = model.predict_proba(data.drop(columns=["label", "is_member"]))
+    loss = -np.log(np.clip(p[np.arange(N), y], np.finfo(float).tiny, None))
+    yield {
+        "root": root,
+        "run": run.info.run_id,
+        "uri": info.model_uri,
+        "data": data,
+        "member": member,
+        "loss": loss,
+        "model": model,
+    }
+    mlflow.set_tracking_uri(previous)
+    patch.undo()
+
+
+def _evaluate(world, config: dict, data: pd.DataFrame | None = None, run_id: str | None = None):
+    """One evaluation, in the run given (the model's own run) or in a new run."""
+    with mlflow.start_run(run_id=run_id):
+        return mlflow.models.evaluate(
+            world["uri"],
+            world["data"] if data is None else data,
+            targets="label",
+            model_type="classifier",
+            evaluators="dpaudit",
+            evaluator_config=config,
+        )
+
+
+@pytest.fixture(scope="module")
+def evaluated(world):
+    keep = world["root"] / "kept-run"
+    config = {"members": "is_member", "membership_by_coin": True, "output_dir": str(keep)}
+    result = _evaluate(world, config, run_id=world["run"])
+    client = MlflowClient()
+    folder = client.download_artifacts(world["run"], "dpaudit", str(world["root"] / "dl"))
+    results = json.loads((Path(folder) / "results.json").read_text())
+    return result, results, Path(folder), client.get_run(world["run"]).data.metrics
+
+
+def test_logged_metrics_are_the_numbers_of_results_json(evaluated) -> None:
+    result, results, _, logged = evaluated
+    (test,) = results["tests"]
+    m = test["metrics"]
+    expected = {
+        "dpaudit_auc": m["auc"],
+        "dpaudit_auc_low": m["auc_interval"][0],
+        "dpaudit_auc_high": m["auc_interval"][1],
+        "dpaudit_advantage": m["advantage"],
+        "dpaudit_gate_passed": 1.0,  # the default gate: nothing to hold a brought model to
+        "dpaudit_privacy_violation": 0.0,
+    }
+    for row in m["tpr_at_fpr"]:
+        expected[f"dpaudit_tpr_at_fpr_{row['target_fpr']:g}"] = row["tpr"]
+    assert {r["target_fpr"] for r in m["tpr_at_fpr"]} == {0.1, 0.01, 0.001}
+    for bound in results["bounds"]:
+        lower = bound["lower"]
+        name = f"dpaudit_{lower['parameter']}_lower_bound_{lower['validity'].replace('-', '_')}"
+        expected[name] = lower["value"]
+        expected[f"{name}_limit_of_detection"] = bound["limit_of_detection"]
+    # The one rigorous ε bound (fair coins: the one-run theorem) is the headline ε.
+    (one_run,) = [
+        b
+        for b in results["bounds"]
+        if b["lower"]["validity"] == "rigorous-one-run" and b["lower"]["parameter"] == "epsilon"
+    ]
+    expected["dpaudit_epsilon_lower_bound"] = one_run["lower"]["value"]
+    assert "dpaudit_epsilon_lower_bound_heuristic" in expected
+    rigorous_mu = [
+        b
+        for b in results["bounds"]
+        if b["lower"]["validity"].startswith("rigorous") and b["lower"]["parameter"] == "mu"
+    ]
+    if len(rigorous_mu) == 1:  # the one-run f-DP μ bound, when the audit gives one
+        expected["dpaudit_mu_lower_bound"] = rigorous_mu[0]["lower"]["value"]
+    # Exact equality: the store keeps float64, results.json the shortest repr.
+    assert result.metrics == expected
+    assert {k: logged[k] for k in expected} == expected
+    assert metrics_from_results(results) == expected
+
+
+def test_the_audit_attacks_the_models_own_outputs(world, evaluated) -> None:
+    _, results, _, _ = evaluated
+    # Independent reference: scikit-learn's ROC AUC of the loss attack (score −loss,
+    # members positive) on predict_proba. Ties are counted 1/2 by both.
+    want = roc_auc_score(world["member"], -world["loss"])
+    assert results["tests"][0]["metrics"]["auc"] == pytest.approx(want, abs=1e-12)
+    assert want > 0.7  # power control: the forest memorised its members
+    target = results["tests"][0]["target"]
+    assert target["members"] == int(world["member"].sum())
+    assert target["audited"] == len(world["member"])
+    assert target["membership_by_coin"] is True
+
+
+def test_artifacts_are_logged_and_rerunnable(world, evaluated) -> None:
+    result, results, folder, _ = evaluated
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["results.json", "report.html", "audit.toml", "model-card.md", "privacy-registry.json"]
+    )
+    registry = json.loads((folder / "privacy-registry.json").read_text())
+    assert json.dumps(registry).count(str(result.metrics["dpaudit_epsilon_lower_bound"])) >= 1
+    assert "<html" in (folder / "report.html").read_text().lower()
+    audit = tomllib.loads((folder / "audit.toml").read_text())
+    assert audit["target"]["membership_by_coin"] is True
+    assert audit["membership"]["attacks"] == ["loss"]
+    assert set(result.artifacts) == {
+        "dpaudit_results",
+        "dpaudit_report",
+        "dpaudit_audit",
+        "dpaudit_model_card",
+        "dpaudit_privacy_registry",
+    }
+    assert result.artifacts["dpaudit_privacy_registry"].content == registry
+    assert result.artifacts["dpaudit_results"].content == results
+    # output_dir keeps the run directory, which `dpaudit verify` accepts as it is.
+    from dpaudit.audit import verify_run
+
+    assert verify_run(world["root"] / "kept-run" / "run") == []
+
+
+def test_validation_thresholds_pass_and_fail_on_the_logged_metrics(evaluated) -> None:
+    result, results, _, _ = evaluated
+    auc = results["tests"][0]["metrics"]["auc"]
+    eps = result.metrics["dpaudit_epsilon_lower_bound"]
+    assert eps > 0  # power control: the one-run bound sees the memorisation
+    meets = {
+        "dpaudit_auc": MetricThreshold(threshold=auc + 0.01, greater_is_better=False),
+        "dpaudit_epsilon_lower_bound": MetricThreshold(threshold=eps, greater_is_better=False),
+    }
+    misses = {"dpaudit_auc": MetricThreshold(threshold=auc - 0.01, greater_is_better=False)}
+    if hasattr(mlflow, "validate_evaluation_results"):  # MLflow >= 2.18
+        from mlflow.models.evaluation.validation import ModelValidationFailedException
+
+        mlflow.validate_evaluation_results(meets, result)
+        with pytest.raises(ModelValidationFailedException, match="dpaudit_auc"):
+            mlflow.validate_evaluation_results(misses, result)
+    else:  # pragma: no cover - older MLflow: thresholds go to evaluate itself
+        pytest.skip("this MLflow validates inside evaluate(validation_thresholds=...)")
+
+
+def test_train_data_gives_the_same_audit_as_a_members_column(world, evaluated) -> None:
+    _, results, _, _ = evaluated
+    rows, member = world["data"].drop(columns=["is_member"]), world["member"]
+    # data holds the non-members, train_data the members: the same audited rows in
+    # another order, the same scores.
+    result = _evaluate(
+        world,
+        {"train_data": rows[member].reset_index(drop=True), "metric_prefix": "tt_", "html": False},
+        data=rows[~member].reset_index(drop=True),
+    )
+    # No fair-coin statement: the one-run bound is heuristic, no headline ε is logged.
+    assert "tt_epsilon_lower_bound" not in result.metrics
+    assert result.metrics["tt_auc"] == pytest.approx(
+        results["tests"][0]["metrics"]["auc"], abs=1e-12
+    )
+
+
+def test_gate_policies_reach_the_audit(world) -> None:
+    result = _evaluate(world, {"members": "is_member", "gate": {"max_auc": 0.55}, "html": False})
+    assert result.metrics["dpaudit_gate_passed"] == 0.0
+    (check,) = [
+        c for c in result.artifacts["dpaudit_results"].content["checks"] if c["name"] == "max_auc"
+    ]
+    assert check["status"] == "failed"
+    assert check["value"] == result.metrics["dpaudit_auc"] > 0.55
+    assert "dpaudit_report" not in result.artifacts  # html = False: no report.html
+
+
+def test_can_evaluate_only_classifiers_with_membership() -> None:
+    assert DpauditEvaluator.can_evaluate(model_type="classifier", evaluator_config={"members": "m"})
+    assert not DpauditEvaluator.can_evaluate(model_type="classifier", evaluator_config={})
+    assert not DpauditEvaluator.can_evaluate(
+        model_type="regressor", evaluator_config={"members": "m"}
+    )
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({}, r"must say which rows trained the model.*Got neither"),
+        ({"members": "m", "train_data": [1]}, r"Got \['members', 'train_data'\]"),
+        ({"members": "m", "colour": 1}, r"unknown keys \['colour'\]"),
+        ({"members": "m", "output": "labels"}, r"'output' must be one of"),
+        ({"members": "m", "gate": 3}, r"'gate' must be a dict"),
+    ],
+)
+def test_bad_configs_are_refused_with_a_message(config: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        EvaluatorConfig.from_mapping(config)
+
+
+def test_a_missing_members_column_is_named(world) -> None:
+    with pytest.raises(DataError, match=r"'members' names the column 'nope'"):
+        _evaluate(world, {"members": "nope"})
+
+
+def test_the_entry_point_is_declared() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    points = project["entry-points"]["mlflow.model_evaluator"]
+    assert points == {"dpaudit": "dpaudit.mlflow_evaluator:DpauditEvaluator"}
+    assert any(r.startswith("mlflow") for r in project["optional-dependencies"]["mlflow"])
+
+
+def _dataset(frame: pd.DataFrame, target: str = "label") -> SimpleNamespace:
+    """The parts of MLflow's evaluation dataset the evaluator reads."""
+    return SimpleNamespace(
+        features_data=frame.drop(columns=[target]),
+        labels_data=frame[target].to_numpy(),
+        has_targets=True,
+        targets_name=target,
+    )
+
+
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [
+        ([1, 0], r"has 2 flags for 3 rows"),
+        ([1, 0, 2], r"must hold 1/0 or true/false for every row\. Got 2"),
+        (pd.array([1, None, 0], dtype="Int64"), r"is empty at row 1"),
+    ],
+)
+def test_bad_member_flags_are_named(members, message: str) -> None:
+    frame = pd.DataFrame({"x": [0.1, 0.2, 0.3], "label": [0, 1, 0]})
+    config = EvaluatorConfig.from_mapping({"members": members})
+    with pytest.raises(DataError, match=message):
+        _split_features(config, _dataset(frame))
+
+
+def test_member_flags_as_a_sequence_keep_every_feature() -> None:
+    frame = pd.DataFrame({"x": [0.1, 0.2, 0.3], "label": [0, 1, 0]})
+    config = EvaluatorConfig.from_mapping({"members": [True, "0", 1]})
+    X, y, member = _split_features(config, _dataset(frame))
+    assert list(X.columns) == ["x"]
+    np.testing.assert_array_equal(y, [0, 1, 0])
+    np.testing.assert_array_equal(member, [True, False, True])
