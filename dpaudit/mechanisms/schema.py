@@ -75,6 +75,68 @@ def _pair_length(pair: Vectors | None) -> int | None:
     return len(pair[0])
 
 
+#: ``score = "floating"``: the floating-point attack on a textbook Laplace sampler
+#: (:mod:`dpaudit.mechanisms.floating`), configured by ``[mechanism.floating]``.
+FLOATING = "floating"
+#: The sampler forms whose reachable doubles :mod:`dpaudit.mechanisms.floating` computes.
+FLOATING_SAMPLERS = ("exp-sign", "numpy-laplace")
+
+
+class SearchSection(Table):
+    """``[mechanism.search]``: search for the worst neighbouring pair around ``data``.
+
+    ``neighbours = "queries"``: ``data`` is a vector of query answers; candidates are the
+    StatDP patterns (Ding et al., CCS 2018, §5) at the stated ``sensitivity`` and
+    ``random_pairs`` random perturbations within it (``norm``: ``linf`` moves every
+    coordinate by at most Δ, as StatDP; ``l1``/``l2`` scale the move to norm Δ).
+    ``neighbours = "records"``: ``data`` is a list of records; candidates replace one
+    record by one of ``values``, remove one, or add one of ``values`` (``relation``).
+    Each candidate is screened on ``screen_trials`` trials per arm, and the
+    ``audit_pairs`` most promising are audited on ``trials`` FRESH trials per arm
+    (:mod:`dpaudit.mechanisms.search`).
+    """
+
+    data: Annotated[list[float], Field(min_length=1, max_length=10_000)]
+    neighbours: Literal["queries", "records"]
+    values: Annotated[list[float], Field(min_length=1, max_length=1_000)] | None = None
+    relation: Literal["replace-one", "add-remove", "both"] | None = None
+    norm: Literal["linf", "l1", "l2"] | None = None
+    random_pairs: Annotated[int, Field(ge=0, le=1_000)] | None = None
+    max_candidates: Annotated[int, Field(ge=1, le=10_000)] = 64
+    screen_trials: Annotated[int, Field(ge=20, le=1_000_000)] = 2_000
+    audit_pairs: Annotated[int, Field(ge=1, le=100)] = 3
+
+    @model_validator(mode="after")
+    def _keys_fit_the_neighbours(self) -> SearchSection:
+        if not all(math.isfinite(v) for v in [*self.data, *(self.values or [])]):
+            raise ValueError("'data' and 'values' of [mechanism.search] must be finite")
+        only = {"records": ("values", "relation"), "queries": ("norm", "random_pairs")}
+        for kind, keys in only.items():
+            for key in keys:
+                if getattr(self, key) is not None and self.neighbours != kind:
+                    raise ValueError(
+                        f"[mechanism.search] '{key}' is used with neighbours = {kind!r}; got "
+                        f"neighbours = {self.neighbours!r}"
+                    )
+        if self.neighbours == "records" and self.values is None:
+            raise ValueError(
+                "[mechanism.search] neighbours = 'records' needs 'values', the values a "
+                "replaced or added record may take (e.g. values = [0, 1])"
+            )
+        return self
+
+
+class FloatingSection(Table):
+    """``[mechanism.floating]``: which textbook Laplace sampler the mechanism runs, with
+    which scale, on which two exact query values (``values`` = [f(D), f(D')]); the
+    outputs are scored by the floating-point attack (:mod:`dpaudit.mechanisms.floating`).
+    """
+
+    sampler: Literal["exp-sign", "numpy-laplace"]
+    scale: Positive
+    values: tuple[float, float]
+
+
 class MechanismSection(Table):
     """``[mechanism]``: a DP mechanism audited on two neighbouring inputs.
 
@@ -98,6 +160,12 @@ class MechanismSection(Table):
     at most :data:`FIT_TRIALS_LIMIT` per arm) chosen before any output is read;
     ``learner`` picks it (``auto``, ``logistic``, ``boosting``, ``knn``, ``counts``).
     The bound is counted on the other trials only.
+
+    ``[mechanism.search]`` (:class:`SearchSection`) searches for the worst pair around its
+    ``data`` instead of auditing a given one; ``score = "floating"`` with
+    ``[mechanism.floating]`` (:class:`FloatingSection`) scores a textbook floating-point
+    Laplace sampler's outputs by which input could have produced them
+    (``docs/bug-hunting.md``).
     """
 
     name: str
@@ -123,6 +191,8 @@ class MechanismSection(Table):
     trials: Annotated[int, Field(ge=2, le=100_000_000)] = 100_000
     threshold: Literal["split", "bonferroni"] = "split"
     claim: MechanismClaim | None = None
+    search: SearchSection | None = None
+    floating: FloatingSection | None = None
 
     @model_validator(mode="after")
     def _parameters_fit_the_mechanism(self) -> MechanismSection:
@@ -156,11 +226,14 @@ class MechanismSection(Table):
         if ":" in name and self.claim is None:
             raise ValueError(f"a user mechanism ({name!r}) needs a [mechanism.claim] table")
         self._scorer()
+        self._search_and_floating()
         return self
 
     def _scorer(self) -> None:
         """``log_density`` and ``score``: a user's scorer, or ``score = "learned"``."""
         learned = self.score == LEARNED
+        if self.score == FLOATING:
+            return  # checked with its table by _search_and_floating
         if self.score is not None and not learned and ":" not in self.score:
             raise ValueError(
                 f"'score' is {LEARNED!r} (a classifier fitted on some of the trials) or "
@@ -188,6 +261,45 @@ class MechanismSection(Table):
                 f"k = {LEARNED_UNARY_MAX_K}; got k = {self.k} (its built-in score is the exact "
                 "likelihood ratio: remove 'score')"
             )
+
+    def _search_and_floating(self) -> None:
+        """``[mechanism.search]`` and ``score = "floating"`` (with ``[mechanism.floating]``)
+        audit user mechanisms; the search generates the inputs, so ``data`` is not given."""
+        user = ":" in self.name
+        if self.search is not None:
+            if not user:
+                raise ValueError(
+                    f"[mechanism.search] searches the inputs of a user mechanism "
+                    f"('pkg.module:function'); {self.name!r} is built in"
+                )
+            if self.data is not None:
+                raise ValueError(
+                    "[mechanism.search] generates the pairs from its own 'data'; remove "
+                    "[mechanism] 'data'"
+                )
+            if self.score == FLOATING:
+                raise ValueError(
+                    "score = 'floating' tests two given values; it cannot be combined with "
+                    "[mechanism.search]"
+                )
+            if self.trials > EXACT_TRIALS_LIMIT:
+                raise ValueError(
+                    f"[mechanism.search] audits each chosen pair in memory: trials must be at "
+                    f"most {EXACT_TRIALS_LIMIT:,} per arm; got {self.trials:,}"
+                )
+        floating = self.score == FLOATING
+        if floating != (self.floating is not None):
+            raise ValueError(
+                "score = 'floating' and the [mechanism.floating] table (sampler, scale, values) "
+                "go together: give both or neither"
+            )
+        if floating and not user:
+            raise ValueError(
+                f"score = 'floating' scores a user mechanism's outputs; {self.name!r} is built in"
+            )
+        for key in ("learner", "fit_fraction", "log_density"):
+            if floating and getattr(self, key) is not None:
+                raise ValueError(f"'{key}' does not apply to score = 'floating'; remove it")
 
     def _only_where_used(self) -> None:
         """Keys of one family of mechanisms are errors elsewhere (never silently ignored)."""

@@ -26,7 +26,7 @@ from dpaudit.mechanisms.noise import (
     vector_gaussian,
     vector_laplace,
 )
-from dpaudit.mechanisms.schema import GAUSSIAN, LEARNED, MechanismSection, Vectors
+from dpaudit.mechanisms.schema import FLOATING, GAUSSIAN, LEARNED, MechanismSection, Vectors
 from dpaudit.sections import Table
 from dpaudit.theory import zcdp_to_dp
 from dpaudit.upper_bounds import Claim, UpperBound, from_claim
@@ -112,6 +112,18 @@ def build_mechanism(m: MechanismSection, base_dir: str) -> Mechanism:
             k=m.k, epsilon=m.epsilon, variant=m.variant or "optimised", values=m.values or (0, 1)
         )
     data = m.data if m.data is not None else ([0.0], [m.sensitivity])
+    if m.score == FLOATING:
+        from dpaudit.mechanisms.floating import floating_mechanism
+
+        assert m.floating is not None  # the schema requires the table with the score
+        return floating_mechanism(
+            m.name,
+            data=data,
+            sampler=m.floating.sampler,
+            scale=m.floating.scale,
+            values=m.floating.values,
+            base_dir=base_dir,
+        )
     # A learned score is fitted in the summary, on stored raw outputs (mechanism_unit).
     score = None if m.score == LEARNED else m.score
     return user_mechanism(
