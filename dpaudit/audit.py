@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import platform
 import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -33,7 +34,7 @@ from dpaudit.config import (
     load_config_text,
     run_context,
 )
-from dpaudit.errors import DpauditError
+from dpaudit.errors import DpauditError, KindContractError
 from dpaudit.executors import UnitStats, run_units
 from dpaudit.gate import evaluate_gate
 from dpaudit.kinds import get_kind
@@ -325,8 +326,11 @@ def _compute_units(
 ) -> dict[str, _Stored]:
     """Step 1: every kind's units, computed where missing, stored, and read back."""
     context = run_context(config)
-    stored = {}
-    for name in config.audit.kinds:
+    sequential = _sequential_kinds(config)
+    stored: dict[str, _Stored] = {}
+    # Fixed kinds first: a sequential kind decides after each round at the verdict's
+    # per-bound level, which counts every kind's comparisons.
+    for name in sorted(config.audit.kinds, key=lambda k: k in sequential):
         t0 = time.perf_counter()
         plan = get_kind(name).plan(config.section(name), context)
         key = plan.key(name)
@@ -334,14 +338,87 @@ def _compute_units(
         digests, rejected = _check_stored(name, plan.units, store, log)
         if log is not None and digests:
             log(f"{name}: reused {len(digests)} of {len(plan.units)} units from {store.units_dir}")
-        stats = _run_plan(config, plan, store, progress)
-        for unit in plan.units:
+        if name in sequential:
+            level = _sequential_level(config, stored, name)
+            stats, units = _run_rounds(config, name, plan, store, digests, progress, level)
+        else:
+            stats, units = _run_plan(config, plan, store, progress), plan.units
+        for unit in units:
             if unit not in digests:  # computed just now
                 digests[unit] = store.load_verified(unit)[1]
-        digests = {u: digests[u] for u in plan.units}
+        digests = {u: digests[u] for u in units}
         outputs = StoredOutputs(store, digests)
         stored[name] = _Stored(outputs, stats, key, time.perf_counter() - t0, digests, rejected)
-    return stored
+    return {name: stored[name] for name in config.audit.kinds}
+
+
+def _sequential_kinds(config: AuditConfig) -> set[str]:
+    """The kinds whose units are rounds of a sequential test (``[audit] stopping``).
+
+    Raises:
+        DpauditError: the audit is sequential and a kind has no sequential design.
+    """
+    if config.audit.stopping != "sequential":
+        return set()
+    context = run_context(config)
+    found = set()
+    for name in config.audit.kinds:
+        if not get_kind(name).is_sequential(config.section(name), context):
+            raise DpauditError(
+                f"[audit] stopping = 'sequential' is not supported by the {name!r} kind (only "
+                "by 'mechanism'); use stopping = 'fixed' or audit that kind in another file"
+            )
+        found.add(name)
+    return found
+
+
+def _sequential_level(config: AuditConfig, stored: dict[str, _Stored], name: str) -> float:
+    """The per-bound level a sequential kind decides at: the verdict's budget over every
+    kind's announced comparisons (the fixed kinds' from their stored units; a sequential
+    kind's count must not depend on its units, which :func:`_allocate_budget` checks)."""
+    context = run_context(config)
+    counts = sum(
+        get_kind(k).comparisons(
+            config.section(k), context, stored[k].outputs if k in stored else {}
+        )
+        for k in config.audit.kinds
+    )
+    return VerdictBudget(config.audit.confidence_level, counts).level
+
+
+def _run_rounds(
+    config: AuditConfig,
+    name: str,
+    plan: UnitPlan,
+    store: RunStore,
+    digests: dict[str, str],
+    progress: Progress | None,
+    level: float,
+) -> tuple[UnitStats, tuple[str, ...]]:
+    """Run a sequential kind's rounds one at a time (stored ones are reused), asking the
+    kind after each whether to stop; the rounds up to its decision are what it used.
+
+    A killed run resumes here: the stored rounds are read again in order and the same
+    decisions are taken, since a decision is a function of the stored rounds alone.
+    """
+    kind, section, context = get_kind(name), config.section(name), run_context(config)
+    done: list[str] = []
+    computed = 0
+    if progress is not None:  # the cap's rounds are the total; a stop ends the bar early
+        progress(plan.description, len(plan.units), 0)
+    for unit in plan.units:
+        if unit not in digests:
+            _run_plan(config, replace(plan, units=(unit,)), store, None)
+            digests[unit] = store.load_verified(unit)[1]
+            computed += 1
+            if progress is not None:
+                progress(plan.description, len(plan.units), 1)
+        done.append(unit)
+        outputs = StoredOutputs(store, {u: digests[u] for u in done})
+        if kind.stop_reason(section, context, outputs, level=level) != "continue":
+            break
+    stats = UnitStats(total=len(done), reused=len(done) - computed, computed=computed)
+    return stats, tuple(done)
 
 
 def _check_stored(
@@ -450,7 +527,15 @@ def _allocate_budget(
         name: get_kind(name).comparisons(config.section(name), context, st.outputs)
         for name, st in stored.items()
     }
-    return VerdictBudget(config.audit.confidence_level, sum(counts.values())), counts
+    budget = VerdictBudget(config.audit.confidence_level, sum(counts.values()))
+    if _sequential_kinds(config) and not math.isclose(
+        budget.level, _sequential_level(config, stored, ""), abs_tol=1e-15
+    ):
+        raise KindContractError(
+            "internal error: a sequential kind's comparisons changed once its rounds were "
+            "stored; the level its rounds were decided at would not be the verdict's"
+        )
+    return budget, counts
 
 
 def _summarise(
@@ -480,7 +565,21 @@ def _environment() -> dict[str, Any]:
 
 
 #: The parts of results.json that :func:`verify_run` recomputes and compares.
-VERIFIED_KEYS = ("name", "verdict", "privacy_verdict", "checks", "bounds", "tests", "attribute")
+#: What ``verify_run`` recomputes and compares: everything derived from the stored units
+#: (the verdict's words, ``headline`` and ``findings``, included; the run's ``warnings``
+#: are not, since some of them are what the user's code printed while it trained).
+VERIFIED_KEYS = (
+    "name",
+    "verdict",
+    "privacy_verdict",
+    "headline",
+    "findings",
+    "checks",
+    "bounds",
+    "tests",
+    "attribute",
+    "data_hash",
+)
 
 
 def verify_run(run_dir: str | Path) -> list[str]:
@@ -527,6 +626,10 @@ def verify_run(run_dir: str | Path) -> list[str]:
             problems.append(f"{name}: the units' key is {key}, results.json says {want.get('key')}")
         store = RunStore(run_dir, key)
         digests = {}
+        if get_kind(name).is_sequential(config.section(name), context):
+            # a sequential run used the rounds up to its decision: those it recorded
+            used = set(want.get("digests") or {})
+            plan = replace(plan, units=tuple(u for u in plan.units if u in used))
         for unit in plan.units:
             try:
                 digests[unit] = store.load_verified(unit)[1]

@@ -23,7 +23,7 @@ from pydantic import Field, PrivateAttr, ValidationError
 
 from dpaudit.errors import ConfigError, not_a_regular_file
 from dpaudit.kinds import get_kind, kind_names
-from dpaudit.kinds.base import RunContext, SharedTables
+from dpaudit.kinds.base import RunContext, SequentialSettings, SharedTables
 from dpaudit.sections import (
     TARGET_FORMATS,
     AuditSection,
@@ -144,6 +144,13 @@ def run_context(config: AuditConfig) -> RunContext:
         base_dir=config.base_dir,
         unit_size=config.execution.unit_size,
         shared=config.shared(),
+        sequential=SequentialSettings(
+            round_trials=a.round_trials,
+            certify_tightness=a.certify_tightness,
+            certify_epsilon=a.certify_epsilon,
+        )
+        if a.stopping == "sequential"
+        else None,
     )
 
 

@@ -51,6 +51,30 @@ class AuditSection(Table):
     seed: Annotated[int, Field(ge=0)] = 0
     confidence_level: Probability = 0.95
     delta: Delta = 1e-5
+    #: ``"sequential"``: run the trials in rounds of ``round_trials`` per arm and stop as
+    #: soon as a violation is proven or the target is certified, with bounds valid over
+    #: every round at once (:mod:`dpaudit.sequential`); a kind's ``trials`` is then the cap.
+    stopping: Literal["fixed", "sequential"] = "fixed"
+    round_trials: Annotated[int, Field(ge=2, le=10_000_000)] = 100
+    #: Sequential: stop once a lower bound reaches this share of its upper bound.
+    certify_tightness: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    #: Sequential: stop once the ε lower bound reaches this value.
+    certify_epsilon: Annotated[float, Field(gt=0.0, le=MAX_EPSILON)] | None = None
+
+    @model_validator(mode="after")
+    def _sequential_keys(self) -> AuditSection:
+        if self.stopping == "fixed":
+            given = [
+                k
+                for k in ("round_trials", "certify_tightness", "certify_epsilon")
+                if k in self.model_fields_set
+            ]
+            if given:
+                raise ValueError(
+                    f"'{given[0]}' configures a sequential audit; set stopping = 'sequential' "
+                    f"or remove '{given[0]}'"
+                )
+        return self
 
 
 class ClaimSection(Table):

@@ -67,6 +67,16 @@ class SharedTables:
 
 
 @dataclass(frozen=True)
+class SequentialSettings:
+    """``[audit] stopping = "sequential"``: rounds of ``round_trials`` per arm, and when
+    to stop for a certified target (:mod:`dpaudit.sequential`)."""
+
+    round_trials: int = 100
+    certify_tightness: float | None = None
+    certify_epsilon: float | None = None
+
+
+@dataclass(frozen=True)
 class RunContext:
     """What a kind knows of the audit beyond its own table.
 
@@ -78,6 +88,7 @@ class RunContext:
         unit_size: ``[execution] unit_size``, how many trials a unit holds (it cuts the
             work, so it is part of what a unit is).
         shared: the shared tables.
+        sequential: the sequential design, or None for a fixed one.
     """
 
     seed: int
@@ -86,6 +97,7 @@ class RunContext:
     base_dir: Path
     unit_size: int = 25_000
     shared: SharedTables = field(default_factory=SharedTables)
+    sequential: SequentialSettings | None = None
 
     def resolve(self, path: str | Path) -> Path:
         """``path`` relative to the audit file's folder."""
@@ -234,6 +246,21 @@ class AuditKind(ABC, Generic[S]):
         self, section: S, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
         """Turn stored unit outputs into tests and comparisons (in-verdict ones at ``level``)."""
+
+    def is_sequential(self, section: S, context: RunContext) -> bool:
+        """Whether this kind's units are rounds of a sequential test (run one at a time,
+        :meth:`stop_reason` asked after each); False by default."""
+        return False
+
+    def stop_reason(
+        self, section: S, context: RunContext, outputs: Outputs, *, level: float
+    ) -> str:
+        """A sequential kind's decision after the rounds stored so far (their unit names
+        in ``outputs``, in order): ``"continue"``, or why it stops (``"violation"``,
+        ``"target"``, ``"cap"``). A deterministic function of the stored rounds, so a
+        resumed run decides as the killed one would have. Only asked when
+        :meth:`is_sequential` is True."""
+        raise KindContractError(f"audit kind {self.name!r} has no sequential design")
 
 
 def unit_index(unit: str) -> int:

@@ -39,6 +39,11 @@ class MechanismKind(AuditKind[MechanismSection]):
     )
 
     def check_runnable(self, section: MechanismSection, context: RunContext) -> None:
+        if section.search is not None and context.sequential is not None:
+            raise ConfigError(
+                "[mechanism.search] audits its chosen pairs with a fixed number of trials; "
+                "it cannot run with [audit] stopping = 'sequential' (remove one of them)"
+            )
         mech = build_mechanism(section, str(context.base_dir))
         try:  # the upper bound at the audit's δ: what summarise will need, checked now
             upper_bound(section, mech, context.delta)
@@ -87,6 +92,14 @@ class MechanismKind(AuditKind[MechanismSection]):
         ]
 
     def plan(self, section: MechanismSection, context: RunContext) -> UnitPlan:
+        if context.sequential is not None:  # rounds of a sequential test
+            from dpaudit.mechanisms.sequential import plan_rounds
+
+            return plan_rounds(section, context)
+        if section.search is not None:  # screening decides the pairs the units run
+            from dpaudit.mechanisms.search import search_plan
+
+            return search_plan(section, context)
         spec = MechanismSpec(
             section=section,
             seed=context.seed,
@@ -119,14 +132,33 @@ class MechanismKind(AuditKind[MechanismSection]):
 
     def comparisons(self, section: MechanismSection, context: RunContext, outputs: Outputs) -> int:
         mech = build_mechanism(section, str(context.base_dir))
-        return sum(in_verdict(upper_bound(section, mech, context.delta)).values())
+        per_pair = sum(in_verdict(upper_bound(section, mech, context.delta)).values())
+        if section.search is not None:  # k audited pairs, each a Bonferroni share
+            from dpaudit.mechanisms.search import audited_pairs
+
+            return per_pair * audited_pairs(section, context.seed)
+        return per_pair
 
     def summarise(
         self, section: MechanismSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
+        if section.search is not None:
+            from dpaudit.mechanisms.search import search_summary
+
+            return search_summary(section, context, outputs, level=level)
         from dpaudit.mechanisms.summary import mechanism_summary
 
         return mechanism_summary(section, context, outputs, level=level)
+
+    def is_sequential(self, section: MechanismSection, context: RunContext) -> bool:
+        return context.sequential is not None
+
+    def stop_reason(
+        self, section: MechanismSection, context: RunContext, outputs: Outputs, *, level: float
+    ) -> str:
+        from dpaudit.mechanisms.sequential import stop_reason
+
+        return stop_reason(section, context, outputs, level=level)
 
 
 KIND = MechanismKind()

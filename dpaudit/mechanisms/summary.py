@@ -98,7 +98,9 @@ def mechanism_summary(
     entered = in_verdict(upper)
     label = f"{mech.name} mechanism"
     learned_notes: tuple[str, ...] = ()
-    if section.score == LEARNED:
+    if context.sequential is not None:
+        eps_lb, mu_lb, summary = _sequential(section, context, outputs, level=level, label=label)
+    elif section.score == LEARNED:
         eps_lb, mu_lb, summary, learned_notes = learned_bounds(
             section, context, outputs, delta=upper.epsilon_delta, level=level, label=label
         )
@@ -204,6 +206,32 @@ def _in_memory(
         confidence_level=context.confidence_level,
         hypotheses=("D", "D'"),
     )
+    return eps_lb, mu_lb, summary
+
+
+def _sequential(
+    section: MechanismSection,
+    context: RunContext,
+    outputs: Outputs,
+    *,
+    level: float,
+    label: str,
+) -> tuple[EpsilonBound, MuBound, TestSummary]:
+    """``[audit] stopping = "sequential"``: the bounds the sequential test stopped with
+    (:mod:`dpaudit.mechanisms.sequential`); the test describes the rounds it used."""
+    from dpaudit.mechanisms.sequential import sequential_summary
+
+    eps_lb, mu_lb, details, used = sequential_summary(section, context, outputs, level=level)
+    neg = np.concatenate([used[u]["negative"] for u in used])
+    pos = np.concatenate([used[u]["positive"] for u in used])
+    summary = score_summary(
+        "mechanism",
+        label,
+        neg,
+        pos,
+        confidence_level=context.confidence_level,
+        hypotheses=("D", "D'"),
+    ).with_details(sequential=details)
     return eps_lb, mu_lb, summary
 
 

@@ -1,0 +1,371 @@
+"""The ``mechanism`` kind's sequential design (``[audit] stopping = "sequential"``).
+
+The trials run in **rounds** of ``[audit] round_trials`` per arm, one unit per round (unit
+``mechanism-00000`` is round 0), up to the cap ``[mechanism] trials``. Round 0 chooses the
+threshold of each bound and is never counted; after every later round the anytime-valid
+limits of :mod:`dpaudit.sequential` give ε and μ lower bounds that hold over every round at
+once, and the audit stops at the first round where
+
+- an in-verdict lower bound exceeds its upper bound (``violation``: the claim is refuted),
+- a lower bound reaches what ``[audit] certify_tightness`` (a share of its upper bound) or
+  ``certify_epsilon`` asks (``target``: certified),
+- or the cap is reached (``cap``).
+
+The decision is a deterministic function of the stored rounds (:func:`outcome`), asked by
+the audit after each stored round (:meth:`MechanismKind.stop_reason`) and again by the
+summary, so a run killed and resumed, or rerun with a larger cap, continues the same
+sequence: a round's trials depend only on the seed and its index, never on the cap
+(:func:`plan_rounds` keeps the cap out of the units' key).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dpaudit.bounds import EpsilonBound, MuBound
+from dpaudit.errors import ConfigError, DpauditError
+from dpaudit.kinds.base import (
+    Outputs,
+    RunContext,
+    SequentialSettings,
+    UnitPlan,
+    unit_index,
+)
+from dpaudit.mechanisms.schema import LEARNED, MechanismSection
+from dpaudit.mechanisms.units import MechanismSpec, build_mechanism, in_verdict, mechanism_unit
+from dpaudit.mechanisms.units import upper_bound as mechanism_upper_bound
+from dpaudit.plugins import plugin_digest
+from dpaudit.sequential import (
+    RoundPoint,
+    SequentialRule,
+    SequentialTest,
+    default_tuned_trials,
+)
+from dpaudit.stats import ConfidenceInterval
+
+#: The method label of a sequential bound.
+METHOD = "beta-binomial-mixture-cs"
+
+
+def settings(context: RunContext) -> SequentialSettings:
+    if context.sequential is None:
+        raise DpauditError("internal error: a sequential mechanism audit without its settings")
+    return context.sequential
+
+
+def rounds_cap(section: MechanismSection, context: RunContext) -> int:
+    """Rounds allowed: ⌈trials / round_trials⌉ (the last round is whole: the cap is
+    rounded up to whole rounds, so a round never depends on the cap)."""
+    return max(2, math.ceil(section.trials / settings(context).round_trials))
+
+
+def check_sequential(section: MechanismSection) -> None:
+    """What the sequential design supports, said before any work.
+
+    Raises:
+        ConfigError: a learned score (it would need a fitting share of its own), or a
+            neighbour search (it audits several pairs).
+    """
+    if getattr(section, "search", None) is not None:
+        raise ConfigError(
+            "[audit] stopping = 'sequential' audits one pair of inputs; [mechanism.search] "
+            "audits several: remove one of them"
+        )
+    if section.score == LEARNED:
+        raise ConfigError(
+            "[audit] stopping = 'sequential' counts a fixed score round by round; "
+            "score = 'learned' is fitted on a share of all trials: remove one of them"
+        )
+
+
+def plan_rounds(section: MechanismSection, context: RunContext) -> UnitPlan:
+    """One unit per round, named as the fixed design's units; the key leaves out the cap.
+
+    A round is the fixed design's unit with ``unit_size = round_trials``: its trials come
+    from the stream (seed, index) alone. The spec's ``trials`` is the cap rounded up to
+    whole rounds, and the key holds everything but the cap, so a rerun with a larger cap
+    finds the rounds already run and continues.
+    """
+    check_sequential(section)
+    s = settings(context)
+    n = rounds_cap(section, context)
+    whole = section.model_copy(update={"trials": n * s.round_trials})
+    spec = MechanismSpec(
+        section=whole, seed=context.seed, unit_size=s.round_trials, base_dir=str(context.base_dir)
+    )
+    key = spec.model_dump(
+        mode="json",
+        exclude={"base_dir": True, "section": {"trials", "claim", "threshold"}},
+    )
+    return UnitPlan(
+        fn=mechanism_unit,
+        spec=spec,
+        units=tuple(f"mechanism-{i:05d}" for i in range(n)),
+        key_data={
+            **key,
+            "stopping": "sequential",
+            "mechanism_file": plugin_digest(section.name, base_dir=context.base_dir)
+            if ":" in section.name
+            else None,
+            **{
+                f"{k}_file": plugin_digest(getattr(section, k), base_dir=context.base_dir)
+                for k in ("log_density", "score")
+                if getattr(section, k) is not None
+            },
+        },
+        description="sampling mechanism (sequential rounds)",
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The sequential test of a mechanism after its stored rounds.
+
+    Attributes:
+        decision: one of :data:`dpaudit.sequential.STOP_REASONS`.
+        rounds: rounds used (round 0 included).
+        trials: trials per arm used.
+        thresholds: per parameter, the threshold chosen on round 0.
+        paths: per parameter, one point per counted round used.
+        levels: per parameter, the level its bound holds at.
+        uppers: per parameter, its upper bound (None: none).
+        targets: per parameter, the value that certifies it (None: no target).
+    """
+
+    decision: str
+    rounds: int
+    trials: int
+    thresholds: Mapping[str, float]
+    paths: Mapping[str, list[RoundPoint]]
+    levels: Mapping[str, float]
+    uppers: Mapping[str, float | None]
+    targets: Mapping[str, float | None]
+    entered: Mapping[str, bool]
+
+
+def _rules(
+    section: MechanismSection, context: RunContext, *, level: float
+) -> tuple[dict[str, SequentialRule], dict[str, bool]]:
+    """The ε and μ rules; both comparisons' decisions come from :func:`in_verdict`, as the
+    kind's ``comparisons`` count them."""
+    mech = build_mechanism(section, str(context.base_dir))
+    upper = mechanism_upper_bound(section, mech, context.delta)
+    entered = in_verdict(upper)
+    s = settings(context)
+    rules = {}
+    for parameter, value in (("epsilon", upper.epsilon), ("mu", upper.mu)):
+        finite = entered[parameter] and value is not None and math.isfinite(value)
+        target = None
+        if s.certify_tightness is not None and finite and value is not None:
+            target = s.certify_tightness * value
+        if parameter == "epsilon" and s.certify_epsilon is not None:
+            target = s.certify_epsilon if target is None else min(target, s.certify_epsilon)
+        rules[parameter] = SequentialRule(
+            parameter=parameter,  # type: ignore[arg-type]
+            delta=upper.epsilon_delta if parameter == "epsilon" else 0.0,
+            # In-verdict bounds at the verdict's per-bound level; the others are
+            # descriptive and at the audit's level, outside the budget.
+            level=level if entered[parameter] else context.confidence_level,
+            upper=value if finite else None,
+            target=target,
+            tuned_trials=default_tuned_trials(s.round_trials),
+        )
+    return rules, entered
+
+
+def _rounds(outputs: Outputs) -> list[str]:
+    ordered = sorted(outputs, key=unit_index)
+    if [unit_index(u) for u in ordered] != list(range(len(ordered))):
+        raise DpauditError(
+            f"a sequential audit reads its rounds in order from round 0; the stored rounds "
+            f"are {ordered}"
+        )
+    return ordered
+
+
+def outcome(
+    section: MechanismSection, context: RunContext, outputs: Outputs, *, level: float
+) -> Outcome:
+    """Feed the stored rounds in order to both tests; stop at the first round where either
+    decides (a violation before a target, as the gate would read them).
+
+    Raises:
+        DpauditError: the rounds are not 0, 1, 2, ... (a stored round is missing).
+    """
+    rules, entered = _rules(section, context, level=level)
+    names = _rounds(outputs)
+    last = rounds_cap(section, context) - 1
+    first = outputs[names[0]]
+    tests = {p: SequentialTest(first["negative"], first["positive"], r) for p, r in rules.items()}
+    paths: dict[str, list[RoundPoint]] = {p: [] for p in rules}
+    decision, used = "continue", 1
+    for r, unit in enumerate(names[1:], start=1):
+        part = outputs[unit]
+        for p, test in tests.items():
+            paths[p].append(test.add(part["negative"], part["positive"], last=r >= last))
+        used = r + 1
+        decision = _combined(paths, entered)
+        if decision != "continue":
+            break
+    trials = max(len(np.asarray(outputs[u]["negative"])) for u in names[:1]) * used
+    return Outcome(
+        decision=decision,
+        rounds=used,
+        trials=trials,
+        thresholds={p: t.threshold for p, t in tests.items()},
+        paths=paths,
+        levels={p: r.level for p, r in rules.items()},
+        uppers={p: r.upper for p, r in rules.items()},
+        targets={p: r.target for p, r in rules.items()},
+        entered=entered,
+    )
+
+
+def _combined(paths: Mapping[str, list[RoundPoint]], entered: Mapping[str, bool]) -> str:
+    """The audit's decision after a round: a violation of an in-verdict comparison first,
+    then a certified target, then the cap."""
+    last = {p: points[-1].decision for p, points in paths.items()}
+    if any(d == "violation" and entered[p] for p, d in last.items()):
+        return "violation"
+    if any(d == "target" for d in last.values()):
+        return "target"
+    if any(d == "cap" for d in last.values()):
+        return "cap"
+    return "continue"
+
+
+def stop_reason(
+    section: MechanismSection, context: RunContext, outputs: Outputs, *, level: float
+) -> str:
+    """The decision after the rounds stored so far (the audit asks after each round)."""
+    if len(outputs) < 2:
+        return "continue"  # round 0 only chooses the thresholds
+    return outcome(section, context, outputs, level=level).decision
+
+
+def sequential_bounds(result: Outcome, parameter: str, *, delta: float) -> EpsilonBound | MuBound:
+    """The bound a sequential test stopped with, and how it got there."""
+    point = result.paths[parameter][-1]
+    common: dict[str, Any] = {
+        "value": point.value,
+        "confidence_level": result.levels[parameter],
+        "method": METHOD,
+        "threshold": "sequential",
+        "validity": "rigorous-multi-run",
+        "fpr": ConfidenceInterval(0.0, point.fpr_high),
+        "fnr": ConfidenceInterval(0.0, point.fnr_high),
+        "threshold_value": result.thresholds[parameter],
+        "counts": {
+            "fp": point.fp,
+            "negatives": point.negatives,
+            "fn": point.fn,
+            "positives": point.positives,
+        },
+        "details": {
+            "sequential": True,
+            "rounds": result.rounds,
+            "selection": "round 0 (never counted) chose the threshold",
+            "stopped_because": result.decision,
+            "limits": (
+                "one-sided beta-binomial mixture confidence sequences for FPR and FNR, "
+                "each at 1 - (1 - level)/2, valid over every round at once (Robbins 1970; "
+                "Howard et al. 2021, Ann. Statist. 49(2))"
+            ),
+        },
+    }
+    if parameter == "epsilon":
+        return EpsilonBound(delta=delta, **common)
+    return MuBound(**common)
+
+
+def fixed_plan(
+    section: MechanismSection, context: RunContext, result: Outcome, parameter: str
+) -> dict[str, Any] | None:
+    """The fixed design's plan for what the sequential test reached (:mod:`dpaudit.planning`):
+    for a violation, the trials an ideal attack needs for its expected bound to reach the
+    upper bound; for a target, to reach the target. Only for the built-in scalar Laplace
+    and Gaussian mechanisms, whose trade-off curve is known."""
+    from dpaudit.planning import plan_trials
+
+    mech = build_mechanism(section, str(context.base_dir))
+    params = mech.parameters
+    if mech.name == "laplace" and "scale" in params and "distance" not in params:
+        tradeoff, kwargs = "laplace", {"mechanism_epsilon": params["sensitivity"] / params["scale"]}
+    elif mech.name == "gaussian" and "sigma" in params and "distance" not in params:
+        tradeoff, kwargs = "gaussian", {"mechanism_mu": params["sensitivity"] / params["sigma"]}
+    else:
+        return None
+    goal = result.uppers[parameter] if result.decision == "violation" else result.targets[parameter]
+    if goal is None:
+        return None
+    try:
+        plan = plan_trials(
+            goal,
+            context.delta if parameter == "epsilon" else 0.0,
+            result.levels[parameter],
+            tradeoff=tradeoff,  # type: ignore[arg-type]
+            parameter=parameter,  # type: ignore[arg-type]
+            threshold="split",
+            **kwargs,
+        )
+    except DpauditError as exc:
+        return {"goal": goal, "trials_per_arm": None, "note": str(exc)}
+    return {
+        "goal": goal,
+        "trials_per_arm": plan.trials_per_arm,
+        "threshold": "split",
+        "trials_saved": plan.trials_per_arm - result.trials,
+    }
+
+
+def describe(section: MechanismSection, context: RunContext, result: Outcome) -> dict[str, Any]:
+    """The ``sequential`` details of the test in results.json."""
+    s = settings(context)
+    stopped = (
+        next(p for p in result.paths if result.paths[p][-1].decision == result.decision)
+        if result.decision != "continue" and result.paths[next(iter(result.paths))]
+        else None
+    )
+    return {
+        "trials_used": {"negative": result.trials, "positive": result.trials},
+        "stopped_because": result.decision,
+        "decided_by": stopped,
+        "rounds": result.rounds,
+        "round_trials": s.round_trials,
+        "cap_trials": rounds_cap(section, context) * s.round_trials,
+        "trials_saved_against_cap": rounds_cap(section, context) * s.round_trials - result.trials,
+        "thresholds": dict(result.thresholds),
+        "targets": dict(result.targets),
+        "path": {p: [pt.to_dict() for pt in pts] for p, pts in result.paths.items()},
+        "fixed_plan": {p: fixed_plan(section, context, result, p) for p in result.paths},
+    }
+
+
+def sequential_summary(
+    section: MechanismSection, context: RunContext, outputs: Outputs, *, level: float
+) -> tuple[EpsilonBound, MuBound, dict[str, Any], Outputs]:
+    """The bounds, the test's ``sequential`` details, and the rounds used (the summary
+    reads only those: rounds stored after the decision are never looked at).
+
+    Raises:
+        DpauditError: only round 0 is stored (no bound yet).
+    """
+    if len(outputs) < 2:
+        raise DpauditError(
+            "a sequential audit needs round 0 (threshold) and at least one counted round; "
+            "raise [mechanism] trials to at least 2 × [audit] round_trials"
+        )
+    result = outcome(section, context, outputs, level=level)
+    mech = build_mechanism(section, str(context.base_dir))
+    delta = mechanism_upper_bound(section, mech, context.delta).epsilon_delta
+    eps = sequential_bounds(result, "epsilon", delta=delta)
+    mu = sequential_bounds(result, "mu", delta=delta)
+    assert isinstance(eps, EpsilonBound)  # by the parameter asked for
+    assert isinstance(mu, MuBound)
+    used = _rounds(outputs)[: result.rounds]
+    return eps, mu, describe(section, context, result), {u: outputs[u] for u in used}
