@@ -9,6 +9,12 @@ procedure is f-DP, a recursion on f bounds how likely v or more correct guesses 
   Also the p-value of the claim. Any f (a callable α ↦ β) can be tested.
 - :func:`one_run_mu_lower_bound`: the largest μ for which μ-GDP is rejected, a
   :class:`~dpaudit.bounds.MuBound` labelled ``"rigorous-one-run"``.
+- :func:`one_run_mu_ladder_bound`: the same from scores and coins, the number of guesses
+  chosen by a union bound over a ladder fixed in advance (:func:`guess_ladder`), and
+  optionally against a μ bracket's tail (:func:`gdp_tail_power_inverse`).
+- :func:`one_run_bounds`: Steinke et al.'s ε and this μ under ONE share 1 − c of a
+  verdict's budget, each at (1 − c)/2 (Bonferroni), so that a violation of either is a
+  violation at level 1 − c; :func:`stronger` names the one that decides.
 
 The test, for a claim f, at level τ = 1 − c
 -------------------------------------------
@@ -71,13 +77,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from scipy import special
 
-from dpaudit.bounds import MuBound
+from dpaudit.bounds import (
+    EpsilonBound,
+    MuBound,
+    one_run_epsilon_lower_bound,
+    one_run_guesses,
+)
 from dpaudit.errors import DpauditError, check_in_interval, check_integer
 from dpaudit.stats import check_confidence_level
 
@@ -438,3 +449,296 @@ def one_run_mu_lower_bound(
             "reference": REFERENCE,
         },
     )
+
+
+# ------------------------------------------------------- against a bracket with a tail
+
+
+def gdp_tail_power_inverse(mu: float, tail: float) -> PowerInverse:
+    """g for the curve f(α) = max(0, G_μ(α + t) − t) that a μ bracket with tail t allows.
+
+    An accountant's μ bracket measured with tail δ t guarantees only f_A(α) ≥ G_μ(α + t) − t
+    (:func:`dpaudit.bounds.mu_bound_against_bracket`); the maximum with 0 keeps it a
+    trade-off function (convex, non-increasing, ≤ 1 − α). Its power is f̄(α) =
+    min(1, Φ(Φ⁻¹(α + t) + μ) + t), so g(y) = max(0, Φ(Φ⁻¹(y − t) − μ) − t) for y > t, and
+    0 for y ≤ t (f̄(0) ≥ t already). t = 0 is :func:`gdp_power_inverse`.
+    """
+    m = check_in_interval("mu", mu, 0.0, math.inf, high_open=True)
+    t = check_in_interval("tail", tail, 0.0, 1.0, high_open=True)
+    if t == 0.0:
+        return gdp_power_inverse(m)
+
+    def inverse(y: float) -> float:
+        if y <= t:
+            return 0.0
+        return max(0.0, float(special.ndtr(special.ndtri(y - t) - m)) - t)
+
+    return inverse
+
+
+# ---------------------------------------------------------------- the ladder of guesses
+
+#: The ladder's guess counts as fractions of m: r ≈ m/100, m/30, m/10, m/3 (half on each
+#: tail of the score order). Fixed before any score is seen; a union bound pays for it.
+LADDER_FRACTIONS: tuple[float, ...] = (1 / 100, 1 / 30, 1 / 10, 1 / 3)
+
+
+def guess_ladder(canaries: int, *, include: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """The guess counts r a one-run audit tries, each even (r/2 on each tail), at most m.
+
+    r = 2·max(1, round(f·m/2)) for f in :data:`LADDER_FRACTIONS`, plus the counts in
+    ``include`` (e.g. the audit file's ``guesses``; 0 adds nothing), capped at 2⌊m/2⌋,
+    without repeats.
+    A function of m (and of the configuration) alone, never of the scores or coins, so a
+    union bound over its rungs makes the best rung's bound valid.
+    """
+    m = check_integer("canaries", canaries, low=2)
+    top = 2 * (m // 2)
+    rungs = {min(top, 2 * max(1, round(f * m / 2))) for f in LADDER_FRACTIONS}
+    extra = [check_integer("guesses", r, low=0) for r in include]
+    rungs |= {min(top, 2 * max(1, r // 2)) for r in extra if r > 0}  # r = 0: nothing to add
+    return tuple(sorted(rungs))
+
+
+@dataclass(frozen=True)
+class _Rung:
+    guesses: int
+    correct: int
+    value: float
+
+
+def _largest_rejected(
+    family: Callable[[float], PowerInverse], m: int, r: int, v: int, tau: float, tol: float
+) -> float:
+    """:func:`_largest_rejected_mu` for any family of claims that weakens as μ grows."""
+    if not _rejects(family(0.0), m, r, v, tau):
+        return 0.0
+    low, high = 0.0, 1.0
+    while _rejects(family(high), m, r, v, tau):
+        low, high = high, 2.0 * high
+        if high > _MU_CAP:
+            return low
+    while high - low > tol:
+        mid = 0.5 * (low + high)
+        if _rejects(family(mid), m, r, v, tau):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def _ladder_counts(scores: Any, included: Any, ladder: tuple[int, ...]) -> list[tuple[int, int]]:
+    return [one_run_guesses(scores, included, guesses_per_side=r // 2) for r in ladder]
+
+
+def _check_ladder(ladder: Any, m: int) -> tuple[int, ...]:
+    rungs = tuple(check_integer("ladder", r, low=1) for r in ladder)
+    if not rungs or any(r > m for r in rungs):
+        raise DpauditError(
+            f"The 'ladder' parameter must list 1 or more guess counts, each at most the {m} "
+            f"canaries. Got {list(ladder)!r}."
+        )
+    return rungs
+
+
+def ladder_rejects(
+    scores: Any,
+    included: Any,
+    *,
+    inverse: PowerInverse,
+    ladder: tuple[int, ...] | None = None,
+    confidence_level: float = 0.95,
+) -> bool:
+    """Whether a claim (its power inverse g) is rejected by ANY rung of the guess ladder.
+
+    Each rung r guesses on the r/2 highest and r/2 lowest scores
+    (:func:`dpaudit.bounds.one_run_guesses`) and tests the claim at level (1 − c)/L, L the
+    number of rungs: by the union bound the claim, if true, is rejected by some rung with
+    probability at most 1 − c. :func:`one_run_mu_ladder_bound` > μ exactly when this
+    rejects μ-GDP (rejection is monotone in μ).
+    """
+    s = np.asarray(scores, dtype=float).reshape(-1)
+    rungs = guess_ladder(s.size) if ladder is None else _check_ladder(ladder, s.size)
+    tau = (1.0 - check_confidence_level(confidence_level)) / len(rungs)
+    return any(_rejects(inverse, s.size, r, v, tau) for r, v in _ladder_counts(s, included, rungs))
+
+
+def one_run_mu_ladder_bound(
+    scores: Any,
+    included: Any,
+    *,
+    ladder: tuple[int, ...] | None = None,
+    confidence_level: float = 0.95,
+    tail: float = 0.0,
+    tolerance: float = 1e-6,
+) -> MuBound:
+    """μ lower bound from one run's scores and coins, the number of guesses chosen by a
+    union bound over a ladder of guess counts (abstaining on the rest).
+
+    Guessing on fewer, more extreme canaries makes each guess more often right but leaves
+    fewer guesses to count; which r is best depends on the unknown trade-off curve.
+    Choosing r after seeing how many guesses were right would void the level, so every
+    rung of a ladder fixed in advance is tested at level (1 − c)/L and the largest of the L
+    bounds is kept: with probability ≥ c none of them is above the truth (union bound).
+    Keinan, Shenfeld, Ligett explain why abstaining on the middle of the score order helps
+    a one-run audit.
+
+    Args:
+        scores: one score per canary, larger = "included".
+        included: the fair coins, one bool per canary.
+        ladder: the guess counts r (default :func:`guess_ladder` of m); odd r guess ⌊r/2⌋
+            a side.
+        confidence_level: c, for the whole ladder.
+        tail: the tail δ t of the μ bracket the bound is held against: the claims tested
+            are max(0, G_μ(α + t) − t) (:func:`gdp_tail_power_inverse`), so a value above
+            the bracket's high end refutes the accountant; 0 tests plain μ-GDP.
+        tolerance: width of each rung's final bisection bracket.
+
+    Returns:
+        :class:`~dpaudit.bounds.MuBound`, method ``"one-run-fdp"``, threshold
+        ``"top-bottom-ladder"``, validity ``"rigorous-one-run"``; ``counts`` of the best
+        rung; ``details``: every rung (guesses, correct, value), the rungs' level, the
+        limit of detection (the best perfect-guesser bound over the rungs), the tail.
+
+    References:
+        Mahloujifar, Melis, Chaudhuri (2025), ICML, arXiv:2410.22235v1, Alg. 3 (each
+        rung's test; see the module docstring). Keinan, Shenfeld, Ligett (2025), NeurIPS
+        (abstention in one-run audits). Steinke, Nasr, Jagielski (2023), NeurIPS, Alg. 1
+        (the top and bottom guesses).
+    """
+    s = np.asarray(scores, dtype=float).reshape(-1)
+    m = check_integer("canaries", s.size, low=2)
+    rungs = guess_ladder(m) if ladder is None else _check_ladder(ladder, m)
+    c = check_confidence_level(confidence_level)
+    t = check_in_interval("tail", tail, 0.0, 1.0, high_open=True)
+    tol = check_in_interval("tolerance", tolerance, 0.0, 1.0, low_open=True)
+    tau = (1.0 - c) / len(rungs)
+
+    def family(mu: float) -> PowerInverse:
+        return gdp_tail_power_inverse(mu, t)
+
+    found = [
+        _Rung(r, v, _largest_rejected(family, m, r, v, tau, tol))
+        for r, v in _ladder_counts(s, included, rungs)
+    ]
+    best = max(found, key=lambda x: x.value)  # first of equal values: the fewest guesses
+    limit = max(_largest_rejected(family, m, x.guesses, x.guesses, tau, tol) for x in found)
+    return MuBound(
+        value=float(best.value),
+        confidence_level=c,
+        method=METHOD,
+        threshold="top-bottom-ladder",
+        validity="rigorous-one-run",
+        counts={"canaries": m, "guesses": best.guesses, "correct": best.correct},
+        details={
+            "family": "gdp" if t == 0.0 else "gdp-with-tail",
+            "bracket_tail_delta": t,
+            "rungs": [{"guesses": x.guesses, "correct": x.correct, "mu": x.value} for x in found],
+            "rung_confidence_level": 1.0 - tau,
+            "limit_of_detection": float(limit),
+            "tolerance": tol,
+            "reference": REFERENCE,
+        },
+    )
+
+
+# ------------------------------------------------- Steinke's ε and the f-DP μ, one share
+
+
+@dataclass(frozen=True)
+class OneRunBounds:
+    """Steinke et al.'s ε and the f-DP μ of one run, sharing ONE confidence budget.
+
+    Attributes:
+        epsilon: the ε lower bound on the configured guesses (``guesses``).
+        mu: the f-DP μ lower bound over the guess ladder, or ``None`` when not asked for
+            (then ε alone spends the share).
+        confidence_level: c of the share: both bounds hold JOINTLY with probability ≥ c,
+            and each carries c as its ``confidence_level``.
+        level_each: the level each bound was computed at: 1 − (1 − c)/2 with μ (the share
+            split in two halves, Bonferroni), c without.
+    """
+
+    epsilon: EpsilonBound
+    mu: MuBound | None
+    confidence_level: float
+    level_each: float
+
+
+def one_run_bounds(
+    scores: Any,
+    included: Any,
+    *,
+    guesses: int,
+    delta: float,
+    confidence_level: float = 0.95,
+    with_mu: bool = True,
+    mu_tail: float = 0.0,
+    ladder: tuple[int, ...] | None = None,
+) -> OneRunBounds:
+    """Both one-run lower bounds of one run's scores, under one share 1 − c of a budget.
+
+    The share is split in two halves (Bonferroni): Steinke et al.'s ε bound on the
+    ``guesses`` top and bottom guesses at level 1 − (1 − c)/2, and the f-DP μ bound over
+    the guess ladder (:func:`one_run_mu_ladder_bound`, itself a union bound over its
+    rungs) at the same level. With probability ≥ c both hold at once, so a verdict that
+    counts a violation when EITHER exceeds its upper bound (ε against the accountant's ε,
+    μ against the high end of its μ bracket, tail included) errs with probability at most
+    1 − c: the stronger of the two decides, for the price of one share. Each bound is
+    reported at c (what they hold at jointly), the level it was computed at in
+    ``details["computed_at"]``.
+
+    Args:
+        scores, included: one score and one fair coin per canary.
+        guesses: r of the ε bound (r/2 on each tail), as configured.
+        delta: δ of the ε bound.
+        confidence_level: c of the share (the verdict's per-comparison level).
+        with_mu: compute the μ bound; False leaves ε the whole share (no upper μ to hold
+            it against, for example).
+        mu_tail: the tail δ of the μ bracket the μ bound is held against.
+        ladder: the μ bound's guess counts (default: :func:`guess_ladder` of m with
+            ``guesses`` added).
+
+    References:
+        Steinke, Nasr, Jagielski (2023), NeurIPS, Thm. 3.1; Mahloujifar, Melis, Chaudhuri
+        (2025), ICML, arXiv:2410.22235v1, Alg. 3.
+    """
+    c = check_confidence_level(confidence_level)
+    s = np.asarray(scores, dtype=float).reshape(-1)
+    coins = np.asarray(included, dtype=bool).reshape(-1)
+    each = 1.0 - (1.0 - c) / 2.0 if with_mu else c
+    r, v = one_run_guesses(s, coins, guesses_per_side=guesses // 2)
+    eps = one_run_epsilon_lower_bound(
+        canaries=s.size, guesses=r, correct=v, delta=delta, confidence_level=each
+    )
+    split = {
+        "computed_at": each,
+        "share": "split in halves between the one-run epsilon and mu bounds (Bonferroni)"
+        if with_mu
+        else "the whole one-run share",
+    }
+    eps = replace(eps, confidence_level=c, details={**eps.details, **split})
+    mu = None
+    if with_mu:
+        rungs = guess_ladder(s.size, include=(r,)) if ladder is None else ladder
+        mu = one_run_mu_ladder_bound(s, coins, ladder=rungs, confidence_level=each, tail=mu_tail)
+        mu = replace(mu, confidence_level=c, details={**mu.details, **split})
+    return OneRunBounds(epsilon=eps, mu=mu, confidence_level=c, level_each=each)
+
+
+def stronger(epsilon: tuple[float, float | None], mu: tuple[float, float | None] | None) -> str:
+    """Which of the one-run bounds decides: ``"epsilon"`` or ``"mu"``.
+
+    Each argument is (lower bound, upper bound it is held against). The one whose lower
+    bound is the larger fraction of its upper bound decides: if either exceeds its upper
+    bound, that one does. Under :func:`one_run_bounds` both hold jointly at the share's
+    level, so choosing after seeing them costs nothing more. An absent or non-positive
+    upper bound cannot be exceeded by a fraction: its bound never decides.
+    """
+
+    def ratio(pair: tuple[float, float | None] | None) -> float:
+        if pair is None or pair[1] is None or not pair[1] > 0 or not math.isfinite(pair[1]):
+            return -math.inf
+        return pair[0] / pair[1]
+
+    return "mu" if ratio(mu) > ratio(epsilon) else "epsilon"

@@ -241,6 +241,18 @@ def limit_for_bound(bound: EpsilonBound | MuBound) -> DetectionLimit:
     delta = bound.delta if isinstance(bound, EpsilonBound) else 0.0
     c = bound.confidence_level
     counts = bound.counts
+    if "canaries" in counts and parameter == "mu" and "limit_of_detection" in bound.details:
+        # the f-DP one-run μ bound carries its own limit (every guess right, at the level
+        # its rungs were tested at): dpaudit.fdp_one_run
+        return DetectionLimit(
+            value=float(bound.details["limit_of_detection"]),
+            parameter="mu",
+            design="one-run",
+            delta=0.0,
+            confidence_level=c,
+            threshold=bound.threshold,
+            counts={"canaries": counts["canaries"], "guesses": counts["guesses"]},
+        )
     if "canaries" in counts:
         return one_run_limit(counts["canaries"], counts["guesses"], delta=delta, confidence_level=c)
     if "negatives" not in counts or "positives" not in counts:

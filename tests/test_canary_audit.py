@@ -289,13 +289,15 @@ def test_one_run_guesses_count_top_and_bottom():
 def test_one_run_weak_noise_is_detected_and_correct_engine_is_consistent(tmp_path):
     section = {**DPSGD_WHITE, "trials": 0, "one_run": {"canaries": 400, "guesses": 40}}
     out = run_dpsgd_from_section(section, seed=0, run_dir=tmp_path / "a")
-    (one,) = out.comparisons
+    # ε first; the one run's f-DP μ bound follows it (dpaudit.dpsgd.one_run)
+    one = out.comparisons[0]
+    assert one.parameter == "epsilon"
     assert one.lower.validity == "rigorous-one-run"
     assert not one.violation
     # Same run with σ = 0.2: a canary (C per sampled step, ≈ 2 of 8 steps) stands far above
     # the noise (σ·C·√8 ≈ 0.57), so nearly every guess is right and the bound is higher.
     weak = {**section, "training": {**DPSGD_WHITE["training"], "dp": {"noise_multiplier": 0.2}}}
-    (strong,) = run_dpsgd_from_section(weak, seed=0, run_dir=tmp_path / "b").comparisons
+    strong = run_dpsgd_from_section(weak, seed=0, run_dir=tmp_path / "b").comparisons[0]
     assert strong.lower.counts["correct"] >= 36
     assert strong.lower.value > one.lower.value
 

@@ -246,7 +246,7 @@ def test_the_kind_and_the_api_score_and_bound_a_target_alike(tmp_path) -> None:
         test = summary.tests[i]
         assert test.metrics["auc"] == outcome.metrics.auc
         bounds = [c.lower for c in summary.comparisons if c.test == test.label]
-        want = [outcome.one_run, outcome.epsilon_heuristic]
+        want = [outcome.one_run, outcome.one_run_mu, outcome.epsilon_heuristic]
         assert [b.to_dict() for b in bounds] == [b.to_dict() for b in want if b is not None]
 
 

@@ -1,10 +1,22 @@
-"""The one-run audit: m Dirac canaries in ONE DP-SGD run, and its comparison.
+"""The one-run audit: m Dirac canaries in ONE DP-SGD run, and its comparisons.
 
 Each of m Dirac canaries sits on its own coordinate that no real example's gradient
-touches and is included by an independent fair coin; the auditor guesses "in" for the
-r/2 largest scores and "out" for the r/2 smallest, and the number of correct guesses
-gives the one-run ε lower bound (Steinke, Nasr, Jagielski 2023, Thm. 3.1). It is held
-against the accountant's ε for what the one run recorded.
+touches and is included by an independent fair coin. Two lower bounds read the run:
+
+- ε (Steinke, Nasr, Jagielski 2023, Thm. 3.1): the auditor guesses "in" for the r/2
+  largest scores and "out" for the r/2 smallest (r = ``guesses``); the number of correct
+  guesses bounds ε, held against the accountant's ε for what the one run recorded.
+- μ (Mahloujifar, Melis, Chaudhuri 2025, the f-DP one-run test): the same kind of guesses,
+  their number chosen by a union bound over a ladder fixed in advance
+  (:func:`dpaudit.fdp_one_run.guess_ladder`, ``guesses`` included), held against the high
+  end of the accountant's μ bracket (its tail included).
+
+The two share the one-run comparison's ONE share of the verdict's budget: each is computed
+at half of it (Bonferroni, :func:`dpaudit.fdp_one_run.one_run_bounds`), so with the
+share's confidence both hold at once, and a violation of either is a violation. The one
+of the two that is the larger fraction of its upper bound enters the verdict
+(:func:`dpaudit.fdp_one_run.stronger`); the other is reported beside it. Without a finite
+μ upper bound ε takes the whole share, as before.
 """
 
 from __future__ import annotations
@@ -13,18 +25,18 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from dpaudit.bounds import one_run_epsilon_lower_bound, one_run_guesses
 from dpaudit.dpsgd.canaries import with_zero_feature
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.setup import _setup, purpose_seed
 from dpaudit.errors import ConfigError
+from dpaudit.fdp_one_run import one_run_bounds, stronger
 from dpaudit.records import DPSGDRecord
 from dpaudit.results import Comparison
 from dpaudit.trainers import canary_observer
 from dpaudit.training import CoordinateCanaries, train_many
 from dpaudit.upper_bounds import from_records
 
-__all__ = ["ONE_RUN_UNIT", "one_run_comparison", "one_run_unit"]
+__all__ = ["ONE_RUN_UNIT", "one_run_comparisons", "one_run_unit"]
 
 #: The name of the one unit that holds the one-run audit.
 ONE_RUN_UNIT = "dpsgd-one-run"
@@ -77,31 +89,58 @@ def one_run_unit(spec: DpsgdSpec) -> dict[str, np.ndarray]:
     }
 
 
-def one_run_comparison(
+def one_run_comparisons(
     one: Mapping[str, np.ndarray],
     s: DpsgdSection,
     *,
     delta: float,
     level: float,
     in_verdict: bool,
-) -> Comparison:
-    """The one-run ε lower bound at ``level``, held against the run's own accountant ε."""
+) -> tuple[Comparison, ...]:
+    """The one-run ε and μ lower bounds, sharing ONE share at ``level``, each held against
+    the run's own accountant (ε; the μ bracket's high end with its tail).
+
+    Both are reported; when ``in_verdict`` the stronger one (the larger fraction of its
+    upper bound) is the comparison that enters the verdict, the other is marked outside
+    it: it takes no further share, since the two halves of the share already cover both
+    (module docstring). Without a finite μ upper bound only ε is computed, at ``level``.
+    """
     assert s.one_run is not None
-    r, v = one_run_guesses(
+    upper = from_records(DPSGDRecord.from_arrays([one]), delta)
+    with_mu = upper.mu_finite
+    found = one_run_bounds(
         one["one_run_scores"],
         one["one_run_included"].astype(bool),
-        guesses_per_side=s.one_run.guesses // 2,
+        guesses=s.one_run.guesses,
+        delta=delta,
+        confidence_level=level,
+        with_mu=with_mu,
+        mu_tail=upper.mu_tail,
     )
-    bound = one_run_epsilon_lower_bound(
-        canaries=s.one_run.canaries, guesses=r, correct=v, delta=delta, confidence_level=level
-    )
-    upper = from_records(DPSGDRecord.from_arrays([one]), delta, with_mu=False)
     label = f"one run, {s.one_run.canaries} dirac canaries, trainer {s.trainer}"
-    return Comparison(
-        test=label,
-        parameter="epsilon",
-        lower=bound,
-        upper=upper.epsilon,
-        upper_source="accountant ε",
-        in_verdict=in_verdict,
+    decides = stronger(
+        (found.epsilon.value, upper.epsilon),
+        None if found.mu is None else (found.mu.value, upper.mu),
     )
+    comparisons = [
+        Comparison(
+            test=label,
+            parameter="epsilon",
+            lower=found.epsilon,
+            upper=upper.epsilon,
+            upper_source="accountant ε",
+            in_verdict=in_verdict and decides == "epsilon",
+        )
+    ]
+    if found.mu is not None:
+        comparisons.append(
+            Comparison(
+                test=label,
+                parameter="mu",
+                lower=found.mu,
+                upper=upper.mu,
+                upper_source="accountant μ",
+                in_verdict=in_verdict and decides == "mu",
+            )
+        )
+    return tuple(comparisons)

@@ -39,7 +39,7 @@ from dpaudit.bounds import (
     mu_bound_against_bracket,
     mu_lower_bound,
 )
-from dpaudit.dpsgd.one_run import ONE_RUN_UNIT, one_run_comparison
+from dpaudit.dpsgd.one_run import ONE_RUN_UNIT, one_run_comparisons
 from dpaudit.dpsgd.schema import ENGINE_TRAINERS, DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.setup import _setup, worst_case_details
 from dpaudit.dpsgd.units import trainer_libraries
@@ -62,7 +62,8 @@ __all__ = ["StoredUnits", "in_verdict", "read_units", "summarise"]
 #: Built-in trainers that run no DP-SGD: the grey-box checks do not apply to them.
 _NOT_DPSGD = ("output-perturbation", "multiparty", "multiparty-gradient", "plain")
 #: The names :func:`in_verdict` gives the many-run and one-run comparisons.
-_MANY_EPSILON, _MANY_MU, _ONE_RUN_EPSILON = "many-run epsilon", "many-run mu", "one-run epsilon"
+_MANY_EPSILON, _MANY_MU = "many-run epsilon", "many-run mu"
+_ONE_RUN = "one-run epsilon or mu"
 #: The gate check of a stated claim against what ran (deterministic, no budget share).
 CLAIM_CHECK = "claim_vs_records"
 
@@ -144,7 +145,9 @@ def in_verdict(stored: StoredUnits) -> tuple[str, ...]:
         listed += [_MANY_EPSILON] if stored.upper.epsilon_finite else []
         listed += [_MANY_MU] if stored.upper.mu_finite else []
     if stored.one is not None:
-        listed.append(_ONE_RUN_EPSILON)  # held against the one run's own accountant ε
+        # ONE share for the one run: its ε and μ bounds split it in halves and the
+        # stronger of the two enters the verdict (dpaudit.dpsgd.one_run)
+        listed.append(_ONE_RUN)
     # Each grey-box p-value test is one comparison of the budget (it fails when
     # p < (1 − c)/k); deterministic checks cannot fail by chance and take no share.
     listed += [t.check for t in stored.greybox if t.chance and t.evaluated]
@@ -211,10 +214,9 @@ def summarise(
         if eps_lb.value == 0.0 and mu_lb.value == 0.0:
             warnings.append(null_result_warning(label, f"{neg.size} models per arm", eps_lb))
     if stored.one is not None:
-        comparisons.append(
-            one_run_comparison(
-                stored.one, s, delta=delta, level=level, in_verdict=_ONE_RUN_EPSILON in verdict
-            )
+        # ε and μ of the one run share its one share; the stronger enters the verdict
+        comparisons += one_run_comparisons(
+            stored.one, s, delta=delta, level=level, in_verdict=_ONE_RUN in verdict
         )
     checks = tuple(
         _greybox_check(t, 1.0 - level, in_verdict=t.check in verdict) for t in stored.greybox

@@ -2,7 +2,9 @@
 
 :func:`summarise_attack` turns one membership attack's scores of the audited rows, their
 membership and the audit's settings into the attack's metrics (ROC, AUC, TPR at low FPR,
-advantage, with intervals), its one-run ε lower bound and its heuristic ε / μ bounds.
+advantage, with intervals), its one-run ε and μ lower bounds (Steinke, Nasr, Jagielski's
+ε; the f-DP μ of Mahloujifar, Melis, Chaudhuri over a guess ladder) and its heuristic ε / μ
+bounds.
 :func:`attribute_result` does the same for attribute guesses. The Python API
 (:mod:`dpaudit.membership.pipeline`) and the audit kinds (:mod:`dpaudit.membership.verdict`)
 both call them, so a bound is computed one way whichever path asked for it.
@@ -28,6 +30,7 @@ from dpaudit.bounds import (
     one_run_guesses,
 )
 from dpaudit.errors import DpauditError, InsufficientTrialsError
+from dpaudit.fdp_one_run import guess_ladder, one_run_bounds, one_run_mu_ladder_bound
 from dpaudit.stats import ConfidenceInterval, clopper_pearson
 from dpaudit.theory import dp_attribute_advantage_bound
 from dpaudit.tradeoff import MembershipMetrics, membership_metrics
@@ -35,6 +38,7 @@ from dpaudit.tradeoff import MembershipMetrics, membership_metrics
 __all__ = [
     "DEFAULT_FPRS",
     "DEFAULT_GUESS_FRACTION",
+    "RISKIEST_RECORDS",
     "AttackOutcome",
     "AttackScores",
     "AttributeAuditResult",
@@ -42,6 +46,7 @@ __all__ = [
     "attack_seed",
     "attribute_result",
     "one_run_bound",
+    "riskiest_records",
     "summarise_attack",
 ]
 
@@ -89,6 +94,9 @@ class AttackOutcome:
         one_run: ε lower bound from the one-run test on the top / bottom scores (validity
             ``"rigorous-one-run"`` when membership was decided by fair coins, else
             ``"heuristic"``).
+        one_run_mu: the f-DP μ lower bound of the same run, its number of guesses chosen
+            over a ladder (:func:`dpaudit.fdp_one_run.one_run_mu_ladder_bound`; same
+            validity rule), or ``None`` for an outcome built without it.
         epsilon_heuristic: ε lower bound treating audited rows as independent trials
             (validity ``"heuristic"``), or ``None`` when too few rows for any bound.
         mu_heuristic: the μ analogue, or ``None``.
@@ -105,6 +113,7 @@ class AttackOutcome:
     mu_heuristic: MuBound | None
     seconds: float
     notes: tuple[str, ...] = ()
+    one_run_mu: MuBound | None = None
 
     def dp_region(self, epsilon: float, delta: float) -> list[dict[str, Any]]:
         """Check each TPR-at-FPR point against (ε, δ)-DP: TPR ≤ e^ε·FPR + δ.
@@ -136,6 +145,7 @@ class AttackOutcome:
             "scores": [float(s) for s in self.scores],
             "metrics": self.metrics.to_dict(),
             "one_run": self.one_run.to_dict(),
+            "one_run_mu": None if self.one_run_mu is None else self.one_run_mu.to_dict(),
             "epsilon_heuristic": (
                 None if self.epsilon_heuristic is None else self.epsilon_heuristic.to_dict()
             ),
@@ -182,6 +192,42 @@ def one_run_bound(
     )
 
 
+def _one_run_bounds(
+    scores: np.ndarray,
+    membership: np.ndarray,
+    *,
+    guesses_per_side: int,
+    delta: float,
+    level: float,
+    confidence_level: float,
+    mu_tail: float | None,
+) -> tuple[EpsilonBound, MuBound]:
+    """The one-run ε (at ``level``) and μ bounds: one share split in halves when μ is held
+    against an upper bound (``mu_tail`` given), else ε as before and μ at
+    ``confidence_level`` (it takes no share)."""
+    held = mu_tail is not None
+    both = one_run_bounds(
+        scores,
+        membership,
+        guesses=2 * guesses_per_side,
+        delta=delta,
+        confidence_level=level,
+        with_mu=held,
+        mu_tail=mu_tail or 0.0,
+    )
+    if both.mu is not None:
+        return both.epsilon, both.mu
+    mu = one_run_mu_ladder_bound(
+        scores,
+        membership,
+        ladder=guess_ladder(scores.size, include=(both.epsilon.counts["guesses"],)),
+        confidence_level=confidence_level,
+    )
+    return both.epsilon, dataclasses.replace(
+        mu, details={**mu.details, "share": "none: reported, held against no upper bound"}
+    )
+
+
 def summarise_attack(
     scored: AttackScores,
     membership: np.ndarray,
@@ -193,8 +239,16 @@ def summarise_attack(
     guess_fraction: float = DEFAULT_GUESS_FRACTION,
     one_run_level: float | None = None,
     by_coin: bool = True,
+    mu_tail: float | None = None,
 ) -> AttackOutcome:
-    """One attack's metrics, one-run bound and heuristic bounds.
+    """One attack's metrics, one-run bounds and heuristic bounds.
+
+    The one-run ε and μ bounds read the same guesses' scores and coins. When ``mu_tail``
+    is given (the μ bound is held against a μ upper bound, whose bracket has this tail δ),
+    the two share ONE share of a budget: each is computed at 1 − (1 − c₁)/2, c₁ =
+    ``one_run_level`` (Bonferroni), both are reported at c₁, and a verdict may count a
+    violation of either (:func:`dpaudit.fdp_one_run.one_run_bounds`). Otherwise ε is
+    computed at c₁ as before and μ, held against nothing, at ``confidence_level``.
 
     Args:
         scored: the attack's scores of the audited rows.
@@ -210,6 +264,8 @@ def summarise_attack(
             an audit gives a bound that enters its verdict its share of the budget).
         by_coin: whether membership was decided by independent fair coins; without them
             the one-run theorem's premise fails and its bound is labelled heuristic.
+        mu_tail: the tail δ of the μ bracket the one-run μ bound is held against, or
+            ``None`` when it is held against none.
 
     Raises:
         DpauditError: a score is not finite.
@@ -226,17 +282,20 @@ def summarise_attack(
         )
     negatives, positives = scores[~membership], scores[membership]
     metrics = membership_metrics(negatives, positives, confidence_level=confidence_level, fprs=fprs)
-    one_run = one_run_bound(
+    one_run, one_run_mu = _one_run_bounds(
         scores,
         membership,
         guesses_per_side=max(1, int(guess_fraction * scores.size)),
         delta=delta,
-        confidence_level=confidence_level if one_run_level is None else one_run_level,
+        level=confidence_level if one_run_level is None else one_run_level,
+        confidence_level=confidence_level,
+        mu_tail=mu_tail,
     )
     if not by_coin:
         # Without fair coins the one-run theorem's premise fails (Steinke et al. 2023,
         # §3): the same count is only a description of the attack.
         one_run = dataclasses.replace(one_run, validity="heuristic")
+        one_run_mu = dataclasses.replace(one_run_mu, validity="heuristic")
     eps, mu, notes = _heuristic_bounds(
         negatives, positives, delta=delta, confidence_level=confidence_level, seed=seed
     )
@@ -246,11 +305,55 @@ def summarise_attack(
         scores=scores,
         metrics=metrics,
         one_run=one_run,
+        one_run_mu=one_run_mu,
         epsilon_heuristic=eps,
         mu_heuristic=mu,
         seconds=scored.seconds,
         notes=tuple(notes),
     )
+
+
+#: How many of the highest-scored audited rows a membership test lists (``records``).
+RISKIEST_RECORDS = 10
+
+
+def riskiest_records(
+    scores: np.ndarray, membership: np.ndarray, *, top: int = RISKIEST_RECORDS
+) -> dict[str, Any]:
+    """The ``top`` audited rows with the highest attack scores, for the report.
+
+    Each row carries its position among the audited rows, its score, whether it was in fact
+    a member, and how many members and non-members score at least as high (ranked by score
+    descending, ties by position). A high score is the attack's belief, not a proof that
+    the row leaked: the counts of non-members at or above it say how often the attack is
+    as confident about rows that never trained the target.
+
+    Args:
+        scores: ``(m,)`` finite scores of the audited rows (larger = "member").
+        membership: ``(m,)`` bool, whether each audited row trained the target.
+        top: how many rows to list (fewer when there are fewer rows).
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    membership = np.asarray(membership, dtype=bool)
+    order = np.argsort(-scores, kind="stable")[: max(0, int(top))]
+    rows = []
+    for i in order:
+        at_or_above = scores >= scores[i]
+        rows.append(
+            {
+                "row": int(i),
+                "score": float(scores[i]),
+                "member": bool(membership[i]),
+                "members_at_or_above": int((at_or_above & membership).sum()),
+                "non_members_at_or_above": int((at_or_above & ~membership).sum()),
+            }
+        )
+    return {
+        "rows": int(scores.size),
+        "members": int(membership.sum()),
+        "non_members": int((~membership).sum()),
+        "top": rows,
+    }
 
 
 def _heuristic_bounds(
