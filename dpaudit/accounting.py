@@ -17,9 +17,11 @@ References:
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, Literal, TypeAlias
 
@@ -221,8 +223,23 @@ def _composed(
         acc = rdp.RdpAccountant(orders=_RDP_ORDERS)
     if not acc.supports(event):
         raise DpauditError(f"The {accountant!r} accountant cannot account for {event!r}.")
-    acc.compose(event)
+    with _quiet_rdp():
+        acc.compose(event)
     return acc
+
+
+@contextlib.contextmanager
+def _quiet_rdp() -> Iterator[None]:
+    """dp-accounting logs (through absl) each RDP order whose series does not converge
+    under large σ and q, and drops that order: ε is the minimum over the remaining orders,
+    so it stays an upper bound. Not a user's concern, so not printed on their console."""
+    absl_log = logging.getLogger("absl")
+    level = absl_log.level
+    absl_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        absl_log.setLevel(level)
 
 
 def _gaussian_steps(event: dp_accounting.DpEvent) -> tuple[float, float, int] | None:
@@ -833,8 +850,8 @@ def calibrate_noise(
     def eps_at(sigma: float, kind: Accountant) -> float:
         return epsilon(make_event(sigma), delta=delta, accountant=kind)
 
-    sigma = float(
-        dp_accounting.calibrate_dp_mechanism(
+    with _quiet_rdp():
+        rdp_sigma = dp_accounting.calibrate_dp_mechanism(
             lambda: rdp.RdpAccountant(orders=_RDP_ORDERS),
             make_event,
             target_epsilon,
@@ -842,7 +859,7 @@ def calibrate_noise(
             dp_accounting.LowerEndpointAndGuess(1e-3, 1.0),
             tol=1e-6,
         )
-    )
+    sigma = float(rdp_sigma)
     if accountant == "pld":
         upper, lower = sigma, 0.8 * sigma
         while eps_at(lower, "pld") <= target_epsilon:  # PLD σ is below RDP's; find a bracket

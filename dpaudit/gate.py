@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from dpaudit.results import Check, Comparison, TestSummary
+from dpaudit.results import WITHHELD, Check, Comparison, TestSummary
 from dpaudit.sections import GateSection
 
 #: Which kinds measure what each policy needs (for the not-evaluated message).
@@ -35,6 +35,36 @@ _MEASURED_BY = {
     "max_advantage": "a membership, dpsgd or mechanism test",
     "max_attribute_advantage": "the attribute kind",
 }
+
+
+def _withheld(tests: Sequence[TestSummary]) -> list[str]:
+    """The reasons, one per withheld target, in the order met."""
+    reasons: list[str] = []
+    for t in tests:
+        why = t.details.get(WITHHELD)
+        if why and why not in reasons:
+            reasons.append(str(why))
+    return reasons
+
+
+def _withheld_check(gate: GateSection, name: str, limit: float, reasons: list[str]) -> Check:
+    """A metric policy that a withheld test would have fed: not evaluated, failing closed.
+
+    The other tests' metrics are not enough: the policy bounds the worst test, and a
+    withheld test's worst is unknown (its target is not the model that would be released).
+    """
+    warn = gate.on_unmeasured == "warn"
+    what = "warning only (on_unmeasured = 'warn')" if warn else "fails closed"
+    return Check(
+        name,
+        None,
+        limit,
+        warn,
+        f"not evaluated: {reasons[0]}"
+        + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")
+        + f" ({what})",
+        status="not-evaluated",
+    )
 
 
 def _metric_max(tests: Sequence[TestSummary], key: str) -> tuple[float, str] | None:
@@ -177,16 +207,22 @@ def evaluate_gate(
         checks.extend(_kind_check(gate, c) for c in kind_checks)
     if gate.max_epsilon_lower_bound is not None:
         checks.append(_epsilon_check(gate, comparisons, gate.max_epsilon_lower_bound))
-    if gate.max_auc is not None:
+    withheld = _withheld(tests)
+    if withheld:
+        # every metric policy reads the worst test; one withheld test leaves it unknown
+        for name, limit in _metric_policies(gate):
+            checks.append(_withheld_check(gate, name, limit, withheld))
+        tests = ()
+    if gate.max_auc is not None and not withheld:
         found = _metric_max(tests, "auc")
         checks.append(_limit_check(gate, "max_auc", "max_auc", "AUC", found, gate.max_auc))
-    for target_fpr, limit in gate.max_tpr_at_fpr:
+    for target_fpr, limit in () if withheld else gate.max_tpr_at_fpr:
         name = f"max_tpr_at_fpr[{target_fpr:g}]"
         what = f"TPR at FPR {target_fpr:g}"
         checks.append(
             _limit_check(gate, name, "max_tpr_at_fpr", what, _tpr_at(tests, target_fpr), limit)
         )
-    if gate.max_advantage is not None:
+    if gate.max_advantage is not None and not withheld:
         found = _metric_max(tests, "advantage")
         checks.append(
             _limit_check(
@@ -202,6 +238,17 @@ def evaluate_gate(
             )
         )  # fmt: skip
     return tuple(checks)
+
+
+def _metric_policies(gate: GateSection) -> list[tuple[str, float]]:
+    """The configured policies that read the tests' metrics, as (check name, limit)."""
+    found: list[tuple[str, float]] = []
+    if gate.max_auc is not None:
+        found.append(("max_auc", gate.max_auc))
+    found += [(f"max_tpr_at_fpr[{f:g}]", limit) for f, limit in gate.max_tpr_at_fpr]
+    if gate.max_advantage is not None:
+        found.append(("max_advantage", gate.max_advantage))
+    return found
 
 
 def _limit_check(

@@ -319,6 +319,72 @@ class OpacusTrainer:
             )
         return _output(runs, canary, settings.options)
 
+    def preflight(self, X: np.ndarray, y: np.ndarray, *, white_box: bool) -> None:
+        """Run the function once on two of the audit's rows, before any model is trained
+        (``dpaudit validate`` and the start of ``dpaudit run``), and read its architecture.
+
+        It checks what would otherwise stop the audit after its first work unit: the
+        function returns, calls ``PrivacyEngine.make_private`` (or ``_with_epsilon``)
+        once, with flat clipping, and, for a black-box audit, returns its model. (The
+        white-box canary's coordinate is read from the optimizer's first parameter at
+        run time, so nothing in the audit file restates the architecture.) Its output and
+        warnings are discarded (the run shows them); the global generators are restored
+        afterwards.
+
+        Args:
+            X: The audit's rows as the trainer protocol gives them (with the all-zero
+                feature dpaudit appends for a Dirac canary).
+            y: Their labels.
+            white_box: Whether the audit places a Dirac canary in the model.
+
+        Raises:
+            ConfigError: One line naming what failed.
+        """
+        opacus_version()
+        name = getattr(self.fn, "__name__", repr(self.fn))
+        labels = np.asarray(y)
+        # two rows of different labels when there are (a classifier's loss needs no more)
+        first = 0
+        other = np.flatnonzero(labels != labels[first])
+        rows = np.array([first, int(other[0]) if other.size else min(1, len(labels) - 1)])
+        narrowed = white_box and self.takes_dataset and X.shape[1] > 1 and not np.any(X[:, -1])
+        features = X[:, :-1] if narrowed else X
+        run = _Run(
+            canary=None,
+            included=False,
+            coins=np.random.default_rng(0),
+            width=int(X.shape[1]),
+            by_model=self.takes_dataset,
+        )
+        output = CapturedOutput()
+        try:
+            with (
+                _seeded(0),
+                warnings.catch_warnings(),
+                output.capture(),
+                _intercept(run, 0),
+            ):
+                warnings.simplefilter("ignore")
+                out = self.fn(*self._inputs(features[rows], labels[rows]))
+        except ConfigError:
+            raise
+        except Exception as exc:  # the user's code: any failure is theirs, said in one line
+            raise ConfigError(
+                f"The Opacus trainer {name!r} failed when run on two rows before the audit: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if run.optimizer is None:
+            raise ConfigError(
+                f"The Opacus trainer {name!r} never called PrivacyEngine.make_private "
+                "(or make_private_with_epsilon)."
+            )
+        if not white_box and _the_model(out) is None:
+            # a black-box audit scores the canary with the returned model
+            raise ConfigError(
+                f"The Opacus trainer {name!r} returned {type(out).__name__}; a black-box "
+                "audit needs the trained model (an nn.Module, or a tuple holding it)."
+            )
+
     def _canary_input(self, X: np.ndarray, y: np.ndarray, row: int) -> torch.Tensor:
         """The canary row as the model takes it: through the Dataset, for that form."""
         if not self.takes_dataset:

@@ -120,6 +120,13 @@ class Comparison:
         }
 
 
+#: A test's ``details`` key that withholds its metrics from every gate policy that reads
+#: tests (``max_auc``, ``max_tpr_at_fpr``, ``max_advantage``), with the reason as its value:
+#: a membership target that predicts no better than its members' majority class, whose
+#: scores describe a model nobody would release. Those policies become not evaluated.
+WITHHELD = "withheld_from_gate"
+
+
 @dataclass(frozen=True)
 class TestSummary:
     """One audited test's scores summarised: metrics, curve points, histogram, theory curves.

@@ -375,3 +375,32 @@ def test_membership_index_rows_must_be_row_numbers(tmp_path: Path) -> None:
     )
     with pytest.raises(DataError, match=r"column 'row' must hold 0-based row numbers.*Got 1\.5"):
         preflight(_spec(tmp_path / "a.toml"))
+
+
+@pytest.mark.parametrize(
+    ("trials", "threshold", "needed"),
+    # the fewest per arm with 1 − δ − u > u, u = 1 − a^(1/n) for 0 errors in the n counted:
+    # split counts n − round(n/2) at a = 0.025; bonferroni all n at a = 0.025/(n + 1)
+    [(11, "split", 12), (8, "bonferroni", 9)],
+)
+def test_validate_refuses_too_few_dpsgd_models_before_any_training(
+    tmp_path: Path, trials: int, threshold: str, needed: int
+) -> None:
+    text = (
+        '[audit]\nname = "few"\nkinds = ["dpsgd"]\ndelta = 1e-5\n\n[dpsgd]\ntrainer = "dpsgd"\n'
+        f'canary = "dirac"\nthreat_model = "white-box"\nrows = 50\nthreshold = "{threshold}"\n'
+        "trials = {}\n\n[dpsgd.training]\nepochs = 1\nbatch_size = 25\n\n"
+        "[dpsgd.training.dp]\nnoise_multiplier = 1.0\nclipping_norm = 1.0\n"
+    )
+    for n, code in ((trials, 2), (needed, 0)):
+        path = tmp_path / f"few-{n}.toml"
+        path.write_text(text.format(n), encoding="utf-8")
+        result = CliRunner().invoke(app, ["validate", str(path)])
+        assert result.exit_code == code, result.output
+    message = (
+        f"[dpsgd] trials = {trials} models per arm are too few for any ε lower bound above 0 "
+        f"at confidence 0.95 (threshold = '{threshold}'): at least {needed} are needed even "
+        "for a perfect attack"
+    )
+    result = CliRunner().invoke(app, ["validate", str(tmp_path / f"few-{trials}.toml")])
+    assert message in " ".join(result.output.split())

@@ -274,6 +274,28 @@ def test_verify_a_clean_a_tampered_and_an_empty_run_directory(tmp_path: Path) ->
     assert "no finished run to verify there" in empty.output
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("headline", "Passed: nothing to see"), ("findings", [])],
+)
+def test_verify_catches_the_verdicts_words_edited(tmp_path: Path, key: str, value) -> None:
+    # The words a reader (and a model card) takes from results.json are recomputed too.
+    # a Laplace mechanism run at ε = 2 while ε = 0.5 is claimed: a violation, in words
+    audit = _laplace(tmp_path, epsilon=2.0, claim="[mechanism.claim]\nepsilon = 0.5")
+    run_dir = tmp_path / "run"
+    ran = runner.invoke(app, ["run", str(audit), "-q", "-o", str(run_dir)])
+    assert ran.exit_code == 1, ran.output
+    data = json.loads((run_dir / "results.json").read_text())
+    assert data[key] != value, ran.output
+    data[key] = value
+    (run_dir / "results.json").write_text(json.dumps(data))
+    edited = runner.invoke(app, ["verify", str(run_dir)])
+    assert edited.exit_code == 1
+    assert f"MISMATCH results.json's {key!r} differs from what its stored units give" in (
+        edited.output
+    )
+
+
 # ------------------------------------------------------- results.json and report.html pair
 
 

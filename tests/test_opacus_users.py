@@ -541,3 +541,87 @@ def test_the_model_records_do_not_reach_the_root_logger() -> None:
         root.setLevel(level)
     assert seen == []
     assert lines[1] == "training: 0/1 units, 1/2 models (50%), 0 s elapsed, about 0 s left"
+
+
+# ------------------------------------------------------------------ the preflight
+
+
+def test_the_preflight_runs_the_loop_once_on_two_rows_of_different_labels() -> None:
+    seen: list[tuple[tuple[int, ...], list[int]]] = []
+
+    @opacus_trainer
+    def train(X, y):
+        seen.append((tuple(X.shape), sorted(int(v) for v in y)))
+        model = nn.Linear(X.shape[1], 2)
+        loader = DataLoader(torch.utils.data.TensorDataset(torch.as_tensor(X), torch.as_tensor(y)))
+        return _fit(model, loader, sigma=1.0, epochs=1)
+
+    X, y = _rows()
+    y[0] = 1 - y[1:].max()  # row 0's label differs from every other but none is needed
+    y[1:] = 1 - y[0]
+    state = torch.get_rng_state()
+    train.preflight(X, y, white_box=True)
+    assert seen == [((2, X.shape[1]), [0, 1])]
+    assert torch.equal(torch.get_rng_state(), state)  # the global generator restored
+
+
+def test_the_preflight_names_a_loop_that_never_makes_private() -> None:
+    @opacus_trainer
+    def train(X, y):
+        return nn.Linear(X.shape[1], 2)
+
+    X, y = _rows()
+    with pytest.raises(ConfigError, match=r"^The Opacus trainer 'train' never called "):
+        train.preflight(X, y, white_box=True)
+
+
+def test_the_preflight_names_a_loop_that_fails_on_its_own_code() -> None:
+    @opacus_trainer
+    def main(dataset):
+        raise KeyError("lr")
+
+    X, y = _rows()
+    with pytest.raises(
+        ConfigError,
+        match=r"^The Opacus trainer 'main' failed when run on two rows before the audit: "
+        r"KeyError: 'lr'$",
+    ):
+        main.preflight(X, y, white_box=True)
+
+
+def test_a_black_box_preflight_needs_the_model_returned() -> None:
+    @opacus_trainer
+    def train(X, y):
+        model = nn.Linear(X.shape[1], 2)
+        loader = DataLoader(torch.utils.data.TensorDataset(torch.as_tensor(X), torch.as_tensor(y)))
+        _fit(model, loader, sigma=1.0, epochs=1)
+        return "done"
+
+    X, y = _rows()
+    train.preflight(X, y, white_box=True)  # white-box reads the transcripts, not the model
+    with pytest.raises(ConfigError, match=r"returned str; a black-box audit needs the trained"):
+        train.preflight(X, y, white_box=False)
+
+
+def test_validate_runs_the_preflight_and_exits_2_before_any_training(tmp_path: Path) -> None:
+    package = tmp_path / "preflight_plugins"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "loop.py").write_text(
+        "from torch import nn\n"
+        "from dpaudit.opacus_adapter import opacus_trainer\n\n\n"
+        "@opacus_trainer\n"
+        "def main(dataset):\n"
+        "    return nn.Linear(4, 2)  # forgot make_private\n",
+        encoding="utf-8",
+    )
+    path = tmp_path / "loop.toml"
+    path.write_text(
+        '[audit]\nname = "loop"\nkinds = ["dpsgd"]\n\n[dpsgd]\n'
+        'trainer = "preflight_plugins.loop:main"\ndataset = "sklearn:breast_cancer"\n'
+        'canary = "dirac"\nthreat_model = "white-box"\ntrials = 16\n',
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "The Opacus trainer 'main' never called PrivacyEngine.make_private" in result.output

@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 from dpaudit.audit import run_context
 from dpaudit.cli import app
 from dpaudit.config import load_config
+from dpaudit.gate import evaluate_gate
 from dpaudit.kinds.base import VerdictBudget
 from dpaudit.membership.brought import load_byo_data, load_target
 from dpaudit.membership.brought_units import reference_trainer
@@ -35,8 +36,9 @@ from dpaudit.membership.sanity import accuracy_line, accuracy_problem
 from dpaudit.membership.stored import store_record
 from dpaudit.membership.verdict import membership_summary
 from dpaudit.records import DPSGDRecord
+from dpaudit.results import WITHHELD
 from dpaudit.schemas import validate_results
-from dpaudit.sections import ACCURACY_SHORTFALL
+from dpaudit.sections import ACCURACY_SHORTFALL, GateSection
 
 N, D = 400, 4
 COLUMNS = [f"x{i}" for i in range(D)]
@@ -333,12 +335,20 @@ def _own_unit(variant_index: int, variant: str, members_accuracy: float) -> dict
     return part
 
 
+TAIL = (
+    "Its bounds stand (they measure the recipe as configured); its AUC, TPR and advantage "
+    "feed no gate policy, so max_auc, max_tpr_at_fpr and max_advantage are not evaluated "
+    "(they fail unless [gate] on_unmeasured = 'warn')."
+)
+
+
 @pytest.mark.parametrize("plain_accuracy", [0.62, 0.9])
-def test_own_targets_are_named_and_their_tests_stand(tmp_path, plain_accuracy) -> None:
+def test_own_targets_are_named_and_withheld_from_metric_policies(tmp_path, plain_accuracy) -> None:
     """dpaudit trains its own targets on the features it queries them with, so their
-    tests measure the model as trained: one at the majority-class rate is named (a DP
-    one: its noise can explain it; a plain one: it learned nothing), and every test and
-    every in-verdict bound stands (what comparisons() announced is what is spent)."""
+    bounds measure the model as trained and stand (what comparisons() announced is what
+    is spent); one at the majority-class rate is named (a DP one: its noise can explain
+    it; a plain one: it learned nothing) and its tests are withheld from the gate's
+    metric policies."""
     (tmp_path / "own.toml").write_text(OWN)
     config = load_config(tmp_path / "own.toml")
     context = run_context(config)
@@ -350,26 +360,54 @@ def test_own_targets_are_named_and_their_tests_stand(tmp_path, plain_accuracy) -
     announced = KIND.comparisons(section, context, outputs)
     level = VerdictBudget(context.confidence_level, announced).level
     summary = membership_summary(section, context, outputs, level=level)
-    assert summary.spent == announced == 1  # the dp target's one-run bound
+    assert summary.spent == announced
     assert [t.id for t in summary.tests] == ["plain-loss", "dp-loss"]
-    dp = (
-        "The dp target predicts no better than a constant: its accuracy on its own members "
+    dp_reason = (
+        "the dp target predicts no better than a constant: its accuracy on its own members "
         "is 0.550, at or below their majority-class rate 0.620 (always guessing the most "
-        "common label does as well). Its privacy noise can explain it; its tests stand "
-        "(they measure the recipe as configured)."
+        "common label does as well)"
     )
+    plain_reason = (
+        "the plain target predicts no better than a constant: its accuracy on its own "
+        "members is 0.620, at or below their majority-class rate 0.620 (always guessing "
+        "the most common label does as well)"
+    )
+    dp = "T" + dp_reason[1:] + "; its privacy noise can explain it. " + TAIL
     plain = (
-        "The plain target learned nothing: its accuracy on its own members is 0.620, at or "
-        "below their majority-class rate 0.620 (always guessing the most common label does "
-        "as well). Its tests measure a model that answers like a constant guess, not what "
-        "the recipe leaks once it trains: train it longer or at another learning rate "
-        "([training])."
+        "T" + plain_reason[1:] + "; its recipe did not train it: train it longer or at "
+        "another learning rate ([training]). " + TAIL
     )
-    assert list(summary.warnings) == ([plain, dp] if plain_accuracy <= 0.62 else [dp])
+    weak_plain = plain_accuracy <= 0.62
+    assert list(summary.warnings) == ([plain, dp] if weak_plain else [dp])
     assert summary.tests[-1].details["target"] == {
         "variant": "dp",
         "accuracy": {"members": 0.55, "non_members": 0.6, "majority_class": 0.62},
     }
+    assert summary.tests[-1].details[WITHHELD] == dp_reason
+    assert summary.tests[0].details.get(WITHHELD) == (plain_reason if weak_plain else None)
+    # The gate: every policy that reads tests is not evaluated and fails closed, even
+    # when the other target's metrics are below the limit; the bounds' policy stands.
+    gate = GateSection(max_auc=0.99, max_tpr_at_fpr=[(0.01, 0.99)], max_advantage=0.99)
+    checks = evaluate_gate(gate, comparisons=summary.comparisons, tests=summary.tests)
+    by_name = {c.name: c for c in checks}
+    assert set(by_name) == {
+        "fail_on_violation", "max_auc", "max_tpr_at_fpr[0.01]", "max_advantage"
+    }  # fmt: skip
+    assert by_name["fail_on_violation"].passed
+    for name in ("max_auc", "max_tpr_at_fpr[0.01]", "max_advantage"):
+        c = by_name[name]
+        assert (c.status, c.passed, c.value) == ("not-evaluated", False, None)
+        first = plain_reason if weak_plain else dp_reason
+        more = " (and 1 more)" if weak_plain else ""
+        assert c.message == f"not evaluated: {first}{more} (fails closed)"
+    warned = evaluate_gate(
+        GateSection(max_auc=0.99, on_unmeasured="warn"),
+        comparisons=summary.comparisons,
+        tests=summary.tests,
+    )
+    auc = next(c for c in warned if c.name == "max_auc")
+    assert (auc.status, auc.passed) == ("not-evaluated", True)
+    assert auc.message.endswith("(warning only (on_unmeasured = 'warn'))")
 
 
 def test_the_report_shows_each_targets_accuracy(tmp_path: Path) -> None:

@@ -28,7 +28,9 @@ raw outputs only; every bound is computed in :meth:`DpsgdKind.summarise`, after 
 
 from __future__ import annotations
 
+from dpaudit.bounds import design_can_bound, trials_needed
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
+from dpaudit.errors import InsufficientTrialsError
 from dpaudit.kinds.base import (
     AuditKind,
     KindSummary,
@@ -54,8 +56,18 @@ class DpsgdKind(AuditKind[DpsgdSection]):
     description = "canary audits of DP training (DP-SGD, DP-GD, ERM trainers, yours)"
 
     def check_runnable(self, section: DpsgdSection, context: RunContext) -> None:
-        if ":" in section.trainer:  # the user trainer imports and names a callable
-            load_plugin(section.trainer, base_dir=context.base_dir, what="trainer")
+        if ":" not in section.trainer:
+            _check_trials(section, context)
+            return
+        # the user trainer imports and names a callable; one that can check itself on two
+        # rows (an Opacus loop) does so now, before any model trains
+        trainer = load_plugin(section.trainer, base_dir=context.base_dir, what="trainer")
+        preflight = getattr(trainer, "preflight", None)
+        if callable(preflight):
+            from dpaudit.dpsgd.setup import preflight_rows
+
+            X, y = preflight_rows(section, context.seed, str(context.base_dir))
+            preflight(X, y, white_box=section.threat_model == "white-box")
 
     def plan(self, section: DpsgdSection, context: RunContext) -> UnitPlan:
         from dpaudit.dpsgd.units import dpsgd_unit, trainer_libraries, unit_names
@@ -93,6 +105,31 @@ class DpsgdKind(AuditKind[DpsgdSection]):
         from dpaudit.dpsgd.summary import summarise
 
         return summarise(section, context, outputs, level=level)
+
+
+def _check_trials(section: DpsgdSection, context: RunContext) -> None:
+    """Too few models per arm for any canary bound above 0, even with a perfect attack:
+    said before any model trains, with the number needed.
+
+    Only for dpaudit's own trainers: their records state no claim, so the many-run
+    canary bounds are the audit's only test. A plug-in trainer may state one (an Opacus
+    loop's ``make_private_with_epsilon``), and then so few models still test the claim
+    against what ran (the many-run bounds are skipped, not refused). A design that
+    proves nothing at the audit's confidence level proves nothing at the verdict's
+    higher per-bound level either.
+    """
+    if section.trials == 0:
+        return  # a one-run audit only
+    delta, c = context.delta, context.confidence_level
+    if not design_can_bound(
+        section.trials, delta=delta, confidence_level=c, threshold=section.threshold
+    ):
+        needed = trials_needed(delta=delta, confidence_level=c, threshold=section.threshold)
+        raise InsufficientTrialsError(
+            f"[dpsgd] trials = {section.trials} models per arm are too few for any ε lower "
+            f"bound above 0 at confidence {c:g} (threshold = {section.threshold!r}): at "
+            f"least {needed} are needed even for a perfect attack"
+        )
 
 
 KIND = DpsgdKind()

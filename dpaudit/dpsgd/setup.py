@@ -85,6 +85,12 @@ def _load_data(s: DpsgdSection, seed: int, base_dir: str) -> tuple[np.ndarray, n
     return X.astype(np.float32), y.astype(np.int64), data.num_classes
 
 
+def preflight_rows(s: DpsgdSection, seed: int, base_dir: str) -> tuple[np.ndarray, np.ndarray]:
+    """The rows (features, labels) a trainer receives in this audit, for its preflight."""
+    setup = _setup_cached(s.model_dump_json(), seed, base_dir)
+    return setup.X, setup.y
+
+
 @functools.lru_cache(maxsize=8)
 def _setup_cached(section_json: str, seed: int, base_dir: str) -> _Setup:
     s = DpsgdSection.model_validate_json(section_json)

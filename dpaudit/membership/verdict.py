@@ -37,19 +37,28 @@ from typing import Any
 
 import numpy as np
 
+from dpaudit.fdp_one_run import stronger
 from dpaudit.kinds.base import KindSummary, Outputs, RunContext
 from dpaudit.membership.sanity import accuracy_problem
 from dpaudit.membership.schema import TRAINS_REFERENCES, MembershipSection
-from dpaudit.membership.stored import has_upper, stored_details, stored_upper, upper_source
+from dpaudit.membership.stored import (
+    has_upper,
+    stored_details,
+    stored_record,
+    stored_upper,
+    upper_source,
+)
 from dpaudit.membership.summary import (
     AttackOutcome,
     AttackScores,
     AttributeGuesses,
     attack_seed,
     attribute_result,
+    riskiest_records,
     summarise_attack,
 )
-from dpaudit.results import Comparison, TestSummary, score_summary, theory_curves
+from dpaudit.results import WITHHELD, Comparison, TestSummary, score_summary, theory_curves
+from dpaudit.upper_bounds import UpperBound, from_records
 
 __all__ = [
     "CLONE_NOTE",
@@ -183,9 +192,13 @@ def _attack_test(
     in_verdict: bool,
     details: dict[str, Any],
     notes: list[str],
+    mu_upper: float | None = None,
 ) -> tuple[TestSummary, list[Comparison]]:
-    """One attack's test and its two comparisons: the one-run bound (held against
-    ``upper``, in the verdict when ``in_verdict``) and the heuristic bound (never)."""
+    """One attack's test and its comparisons: the one-run ε bound (held against
+    ``upper``), the one-run μ bound (held against ``mu_upper``) and the heuristic bound
+    (never in the verdict). When ``in_verdict``, the one-run ε and μ bounds share one
+    share (:func:`dpaudit.fdp_one_run.one_run_bounds`) and the stronger of the two enters
+    the verdict (:func:`dpaudit.fdp_one_run.stronger`)."""
     scores = outcome.scores
     summary = score_summary(
         test_id,
@@ -199,6 +212,11 @@ def _attack_test(
         curves = theory_curves(epsilon=upper, delta=context.delta, label="accountant: ")
         summary = summary.with_details(theory_curves=curves)
     source = source if upper is not None else "none"
+    mu = outcome.one_run_mu
+    decides = stronger(
+        (outcome.one_run.value, upper),
+        None if mu is None or mu_upper is None else (mu.value, mu_upper),
+    )
     comparisons = [
         Comparison(
             test=label,
@@ -206,9 +224,20 @@ def _attack_test(
             lower=outcome.one_run,
             upper=upper,
             upper_source=source,
-            in_verdict=in_verdict,
+            in_verdict=in_verdict and decides == "epsilon",
         )
     ]
+    if mu is not None:
+        comparisons.append(
+            Comparison(
+                test=label,
+                parameter="mu",
+                lower=mu,
+                upper=mu_upper,
+                upper_source="accountant μ" if mu_upper is not None else "none",
+                in_verdict=in_verdict and decides == "mu",
+            )
+        )
     if outcome.epsilon_heuristic is not None:
         comparisons.append(
             Comparison(
@@ -225,40 +254,59 @@ def _attack_test(
         "options": outcome.options,
         "notes": notes + list(outcome.notes),
     }
-    return summary.with_details(attack=attack, **details), comparisons
+    # The highest-scored audited rows, which the report lists (with what a score means).
+    records = riskiest_records(scores, membership)
+    return summary.with_details(attack=attack, riskiest_records=records, **details), comparisons
 
 
-def _own_warnings(outputs: Outputs, units: list[str]) -> list[str]:
-    """A warning naming each own target that fails
-    :func:`~dpaudit.membership.sanity.accuracy_problem`; its tests stand.
+def _mu_upper(part: Mapping[str, np.ndarray], delta: float) -> UpperBound | None:
+    """The accountant's μ bracket (high end, tail) of a stored DP-SGD record, or ``None``
+    (no record, or no finite μ): what the one-run μ bound is held against."""
+    record = stored_record(part)
+    if record is None:
+        return None
+    upper = from_records([record], delta)
+    return upper if upper.mu_finite else None
+
+
+def _own_warnings(outputs: Outputs, units: list[str]) -> dict[str, tuple[str, str]]:
+    """For each own target that fails :func:`~dpaudit.membership.sanity.accuracy_problem`,
+    by unit: the reason its tests are withheld from the gate, and the report's warning.
 
     dpaudit trains its own targets on the very features it queries them with, so their
-    attacks measure the model as trained, however weak it is: a ``dp`` or
-    ``input-perturbation`` target may answer like a constant guess because of its noise
-    (or its randomised labels), a ``plain`` one because its recipe did not train it. The
-    warning says which, so that a weak target's low scores are not read as the privacy
-    of a recipe that trains (a brought target is another matter: see
-    :func:`_brought_summary`).
+    bounds measure the model as trained, however weak it is, and stand: a rigorous lower
+    bound above the accountant's ε proves a bug whatever the model's accuracy. Their
+    metrics (AUC, TPR at low FPR, advantage) are another matter: a target that answers
+    like a constant guess scores near chance, and a gate reading that as "private" would
+    pass a model nobody would release. So each such target is named and its tests carry
+    :data:`~dpaudit.results.WITHHELD`: the gate policies that read tests are not evaluated
+    (failing closed). The warning says why it may be weak: a ``dp`` or
+    ``input-perturbation`` target by its noise (or its randomised labels), a ``plain``
+    one because its recipe did not train it.
     """
-    warnings: list[str] = []
+    warnings: dict[str, tuple[str, str]] = {}
     for unit in units:
         part = outputs[unit]
         problem = accuracy_problem(_info(part)["accuracy"], reported=None)
         if problem is None:
             continue
         variant = unit.split("-", 2)[2]
-        if "noise_multiplier" in part or "perturbation" in part:
-            warnings.append(
-                f"The {variant} target predicts no better than a constant: {problem}. Its "
-                "privacy noise can explain it; its tests stand (they measure the recipe as "
-                "configured)."
-            )
-        else:
-            warnings.append(
-                f"The {variant} target learned nothing: {problem}. Its tests measure a model "
-                "that answers like a constant guess, not what the recipe leaks once it "
-                "trains: train it longer or at another learning rate ([training])."
-            )
+        why = (
+            "its privacy noise can explain it"
+            if "noise_multiplier" in part or "perturbation" in part
+            else "its recipe did not train it: train it longer or at another learning rate "
+            "([training])"
+        )
+        reason = f"the {variant} target predicts no better than a constant: {problem}"
+        warnings[unit] = (
+            reason,
+            (
+                f"{reason[0].upper()}{reason[1:]}; {why}. "
+                "Its bounds stand (they measure the recipe as configured); its AUC, TPR and "
+                "advantage feed no gate policy, so max_auc, max_tpr_at_fpr and max_advantage "
+                "are not evaluated (they fail unless [gate] on_unmeasured = 'warn')."
+            ),
+        )
     return warnings
 
 
@@ -286,7 +334,9 @@ def _own_summary(
     data_hash = None
     units = sorted({e.unit for e in found}, key=lambda u: int(u.split("-")[1]))
     uppers = {unit: stored_upper(outputs[unit], delta) for unit in units}
-    warnings = _own_warnings(outputs, units)
+    mu_uppers = {unit: _mu_upper(outputs[unit], delta) for unit in units}
+    weak = _own_warnings(outputs, units)
+    warnings = [w for _, w in weak.values()]
     for e in found:
         part = outputs[e.unit]
         info = _info(part)
@@ -294,6 +344,8 @@ def _own_summary(
         variant = e.unit.split("-", 2)[2]
         a = info["attacks"][e.position]
         upper = uppers[e.unit]
+        # the μ bound shares the ε bound's share only when held against a μ upper bound
+        mu_upper = mu_uppers[e.unit] if e.in_verdict else None
         membership = np.asarray(part["membership"], dtype=bool)
         scores = np.asarray(part["scores"][e.position], dtype=np.float64)
         scored = AttackScores(a["attack"], a["options"], scores, a["seconds"])
@@ -305,6 +357,7 @@ def _own_summary(
             seed=attack_seed(context.seed, e.position),
             # an attack outside the verdict takes no share of its budget
             one_run_level=level if e.in_verdict else c,
+            mu_tail=None if mu_upper is None else mu_upper.mu_tail,
         )
         last = e.position == len(info["attacks"]) - 1
         test, comps = _attack_test(
@@ -316,10 +369,13 @@ def _own_summary(
             upper=None if upper is None else upper.epsilon,
             source="none" if upper is None else upper_source(upper),
             in_verdict=e.in_verdict,
+            mu_upper=None if mu_upper is None else mu_upper.mu,
             details={"target": {"variant": variant, "accuracy": info["accuracy"]}}
             | (stored_details(part, delta) if last else {}),
             notes=[],
         )
+        if e.unit in weak:
+            test = dataclasses.replace(test, details={**test.details, WITHHELD: weak[e.unit][0]})
         if section.headline is not None:
             attack = {**test.details["attack"], "headline": e.shown}
             test = test.with_details(attack=attack)
