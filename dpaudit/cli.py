@@ -378,26 +378,108 @@ def _check_junit_path(junit: Path, run_dir: Path, audit_file: Path) -> None:
 
 
 def write_junit(result: AuditResult, path: Path) -> None:
-    """Write the gate checks as a JUnit XML test suite (one test case per check).
+    """Write the audit as a JUnit XML test suite: one test case per gate check and one
+    per bound (lower bound held against its upper bound).
+
+    - The suite's properties: the verdicts, the report and results paths, the config
+      hash, dpaudit's version and each kind's compute seconds; its ``time`` is the run's.
+    - A gate check fails when it failed (a check not evaluated under
+      ``on_unmeasured = "warn"`` is ``skipped``); its properties are value, limit, status.
+    - A bound fails only when it is a violation (rigorous and above its upper bound); its
+      properties are what ``results.json`` says of it (value, confidence level, validity,
+      method, δ, upper bound and its source, tightness, limit of detection, whether it
+      is in the verdict), numbers written as ``results.json`` writes them.
+    - ``time``: the checks and bounds carry no timing of their own, so each test case gets
+      an even share of the kinds' compute seconds (the cases add up to them).
 
     Every string is made safe for XML (:func:`dpaudit.safe_text.for_xml`): an audit name
     or message with control characters still gives a file every CI system can parse.
     """
 
-    failures = sum(not c.passed for c in result.checks)
+    data = result.to_dict()  # the numbers exactly as results.json holds them
+    timings = {k: float(v) for k, v in data["provenance"].get("timings_seconds", {}).items()}
+    total = timings.pop("total", sum(timings.values()))
+    checks, bounds = data["checks"], data["bounds"]
+    cases = len(checks) + len(bounds)
+    share = f"{sum(timings.values()) / cases:.6f}" if cases else "0.000000"
+
+    def properties(parent: ET.Element, values: dict[str, Any]) -> None:
+        props = ET.SubElement(parent, "properties")
+        for key, value in values.items():
+            if value is not None:
+                text = json.dumps(value) if isinstance(value, bool | float | int) else value
+                ET.SubElement(props, "property", name=key, value=for_xml(text))
+
+    failures = sum(not c["passed"] for c in checks) + sum(b["violation"] for b in bounds)
+    skipped = sum(c["passed"] and c["status"] == "not-evaluated" for c in checks)
     name = for_xml(f"dpaudit.{result.name}")
     suite = ET.Element(
         "testsuite",
         name=name,
-        tests=str(len(result.checks)),
+        tests=str(cases),
         failures=str(failures),
         errors="0",
+        skipped=str(skipped),
+        time=f"{total:.6f}",
     )
-    for check in result.checks:
-        case = ET.SubElement(suite, "testcase", classname=name, name=for_xml(check.name))
-        if not check.passed:
-            failure = ET.SubElement(case, "failure", message=for_xml(check.message))
-            failure.text = for_xml(f"value={check.value} limit={check.limit}")
+    run_dir = Path(str(data["provenance"].get("run_dir", ".")))
+    report = run_dir / "report.html"
+    properties(
+        suite,
+        {
+            "verdict": data["verdict"],
+            "privacy_verdict": data["privacy_verdict"],
+            "report": str(report) if report.is_file() else None,
+            "results": str(run_dir / "results.json"),
+            "config_hash": data["provenance"].get("config_hash"),
+            "dpaudit_version": data["provenance"].get("dpaudit_version"),
+            **{f"seconds.{kind}": seconds for kind, seconds in timings.items()},
+        },
+    )
+    for check in checks:
+        case = ET.SubElement(
+            suite, "testcase", classname=name, name=for_xml(check["name"]), time=share
+        )
+        properties(
+            case, {"value": check["value"], "limit": check["limit"], "status": check["status"]}
+        )
+        if not check["passed"]:
+            failure = ET.SubElement(case, "failure", message=for_xml(check["message"]))
+            failure.text = for_xml(f"value={check['value']} limit={check['limit']}")
+        elif check["status"] == "not-evaluated":
+            ET.SubElement(case, "skipped", message=for_xml(check["message"]))
+    for bound in bounds:
+        lower = bound["lower"]
+        symbol = {"epsilon": "ε", "mu": "μ"}.get(lower["parameter"], lower["parameter"])
+        at = f"δ={lower['delta']:g}, " if lower.get("delta") is not None else ""
+        title = f"{bound['test']}: {symbol} lower bound ({at}{lower['validity']})"
+        case = ET.SubElement(
+            suite, "testcase", classname=f"{name}.bounds", name=for_xml(title), time=share
+        )
+        properties(
+            case,
+            {
+                "parameter": lower["parameter"],
+                "value": lower["value"],
+                "confidence_level": lower["confidence_level"],
+                "validity": lower["validity"],
+                "method": lower["method"],
+                "delta": lower.get("delta"),
+                "upper": bound["upper"],
+                "upper_source": bound["upper_source"],
+                "tightness": bound["tightness"],
+                "limit_of_detection": bound["limit_of_detection"],
+                "in_verdict": bound["in_verdict"],
+                "violation": bound["violation"],
+            },
+        )
+        if bound["violation"]:
+            failure = ET.SubElement(
+                case, "failure", message=for_xml(f"{title} exceeds its upper bound")
+            )
+            failure.text = for_xml(
+                f"lower={lower['value']} upper={bound['upper']} ({bound['upper_source']})"
+            )
     atomic_write_bytes(path, ET.tostring(suite, encoding="utf-8", xml_declaration=True))
 
 
@@ -701,6 +783,25 @@ def plan_command(
     confidence_level: Annotated[float, typer.Option("--confidence-level")] = 0.95,
     threshold: Annotated[str, typer.Option("--threshold", help="split or bonferroni.")] = "split",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead.")] = False,
+    sequential: Annotated[
+        bool,
+        typer.Option(
+            "--sequential",
+            help="Plan a sequential design by seeded simulation of the mechanism's law.",
+        ),
+    ] = False,
+    claim: Annotated[
+        float | None,
+        typer.Option("--claim", help="sequential: the claimed ε (or μ) a violation exceeds."),
+    ] = None,
+    round_trials: Annotated[
+        int, typer.Option("--round-trials", help="sequential: trials per arm per round.")
+    ] = 100,
+    max_trials: Annotated[
+        int, typer.Option("--max-trials", help="sequential: the cap, trials per arm.")
+    ] = 100_000,
+    repeats: Annotated[int, typer.Option("--repeats", help="sequential: simulated audits.")] = 200,
+    seed: Annotated[int, typer.Option("--seed", help="sequential: simulation seed.")] = 0,
 ) -> None:
     """Trials per arm (or one-run guesses) an ideal attack needs to certify --target.
 
@@ -712,6 +813,22 @@ def plan_command(
 
     from dpaudit.planning import ideal_guess_accuracy, plan_one_run, plan_trials
 
+    if sequential:
+        _plan_sequential(
+            target=target,
+            claim=claim,
+            mechanism_epsilon=mechanism_epsilon,
+            mechanism_mu=mechanism_mu,
+            parameter=parameter,
+            delta=delta,
+            confidence_level=confidence_level,
+            round_trials=round_trials,
+            max_trials=max_trials,
+            repeats=repeats,
+            seed=seed,
+            as_json=as_json,
+        )
+        return
     if design not in ("multi-run", "one-run"):
         raise fail(f"--design must be 'multi-run' or 'one-run'. Got {design!r}.")
     given = [perfect, mechanism_mu is not None, mechanism_epsilon is not None]
@@ -806,6 +923,76 @@ def plan_command(
             console.print(one_line(line), markup=False)
 
 
+def _plan_sequential(
+    *,
+    target: float,
+    claim: float | None,
+    mechanism_epsilon: float | None,
+    mechanism_mu: float | None,
+    parameter: str,
+    delta: float,
+    confidence_level: float,
+    round_trials: int,
+    max_trials: int,
+    repeats: int,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """``dpaudit plan --sequential``: trials to stop, simulated; the fixed plan beside."""
+    from dpaudit.planning import plan_trials
+    from dpaudit.sequential import plan_sequential
+
+    if (mechanism_epsilon is None) == (mechanism_mu is None):
+        raise fail(
+            "--sequential simulates a mechanism: give exactly one of --mechanism-epsilon "
+            "(Laplace) or --mechanism-mu (Gaussian)."
+        )
+    law: Literal["laplace", "gaussian"] = "laplace" if mechanism_epsilon is not None else "gaussian"
+    true_value = float(mechanism_epsilon if mechanism_epsilon is not None else mechanism_mu)  # type: ignore[arg-type]
+    try:
+        plan = plan_sequential(
+            law=law,
+            true_value=true_value,
+            parameter=parameter,  # type: ignore[arg-type]  # checked by SequentialRule
+            target=target if target > 0 else None,
+            upper=claim,
+            delta=delta,
+            level=confidence_level,
+            round_trials=round_trials,
+            max_trials=max_trials,
+            repeats=repeats,
+            seed=seed,
+        )
+        goal = target if target > 0 else claim
+        fixed: int | str
+        try:
+            fixed = plan_trials(
+                goal,  # type: ignore[arg-type]  # one of the two is given (plan_sequential)
+                delta,
+                confidence_level,
+                tradeoff=law,
+                mechanism_epsilon=mechanism_epsilon,
+                mechanism_mu=mechanism_mu,
+                parameter=parameter,  # type: ignore[arg-type]
+            ).trials_per_arm
+        except DpauditError as exc:
+            fixed = f"none ({exc})"
+    except DpauditError as exc:
+        raise fail(str(exc)) from None
+    if as_json:
+        console.print_json(json.dumps({**plan.to_dict(), "fixed_plan_trials_per_arm": fixed}))
+        return
+    console.print(
+        f"sequential ({law}, true {parameter} {true_value:g}, rounds of {round_trials}, cap "
+        f"{max_trials}): median {plan.median_trials:.0f}, mean {plan.mean_trials:.0f}, 95th "
+        f"percentile {plan.p95_trials:.0f} trials per arm over {repeats} simulated audits "
+        f"(seed {seed}); stopped by "
+        + ", ".join(f"{k} {v:.0%}" for k, v in plan.stop_share.items())
+        + f"; the fixed split plan for the same goal: {fixed} trials per arm.",
+        markup=False,
+    )
+
+
 def _planned_size(path: Path, kind: str, trials_per_arm: int) -> list[str]:
     """The kind's size notes for the planned number of trials (memory, disk)."""
     config = load_config(path)
@@ -858,6 +1045,23 @@ def verify_command(
         _say(f"{run_dir}: results.json does NOT match its stored units ({len(problems)} problems)")
         raise typer.Exit(EXIT_CHECK_FAILED)
     console.print(one_line(f"{run_dir}: results.json matches its stored units"), markup=False)
+
+
+@app.command("card")
+def card_command(
+    run_dir: Annotated[Path, typer.Argument(help="A finished run directory (results.json).")],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Where to write the card (default RUN_DIR).")
+    ] = None,
+) -> None:
+    """Write model-card.md and privacy-registry.json for a verified run (exit 0 written,
+    2 a missing, broken or tampered run directory)."""
+    from dpaudit.card import card_for_run
+
+    with _user_code():
+        written = card_for_run(run_dir, out)
+    for path in written:
+        console.print(one_line(f"wrote {path}"), markup=False)
 
 
 @app.command("report")
@@ -916,7 +1120,7 @@ def init_command(
 
 #: Commands that run user code: the console script runs them in a child process it
 #: watches, so that user code that kills its process (``os._exit``) is still reported.
-SUPERVISED = ("run", "validate", "verify")
+SUPERVISED = ("run", "validate", "verify", "card")
 _CHILD = "DPAUDIT_SUPERVISED_FD"
 
 
