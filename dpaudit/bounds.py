@@ -286,6 +286,40 @@ def trials_needed(
 # ------------------------------------------------------------------- fixed threshold
 
 
+
+def require_design(
+    trials_per_arm: int,
+    *,
+    delta: float,
+    confidence_level: float,
+    threshold: str = "split",
+    what: str,
+) -> None:
+    """Refuse, before any trial runs, a design that can give no ε lower bound above 0.
+
+    Args:
+        trials_per_arm: Trials (or models) per arm.
+        delta: The bound's δ.
+        confidence_level: The audit's level c. The verdict's per-bound level is at least
+            c, so a design that proves nothing at c proves nothing in the verdict either.
+        threshold: ``"split"`` or ``"bonferroni"``.
+        what: The setting as the message names it, e.g. ``"[mechanism] trials = 10 per
+            arm"``.
+
+    Raises:
+        InsufficientTrialsError: With the number of trials per arm needed (by
+            :func:`trials_needed`) even for a perfect attack.
+    """
+    c = confidence_level
+    if design_can_bound(trials_per_arm, delta=delta, confidence_level=c, threshold=threshold):
+        return
+    needed = trials_needed(delta=delta, confidence_level=c, threshold=threshold)
+    raise InsufficientTrialsError(
+        f"{what} are too few for any ε lower bound above 0 at confidence {c:g} (threshold = "
+        f"{threshold!r}): at least {needed} are needed even for a perfect attack"
+    )
+
+
 def _check_counts(fp: int, negatives: int, fn: int, positives: int) -> None:
     for name, k, n_name, n in (
         ("fp", fp, "negatives", negatives),

@@ -53,18 +53,8 @@ def _withheld_check(gate: GateSection, name: str, limit: float, reasons: list[st
     The other tests' metrics are not enough: the policy bounds the worst test, and a
     withheld test's worst is unknown (its target is not the model that would be released).
     """
-    warn = gate.on_unmeasured == "warn"
-    what = "warning only (on_unmeasured = 'warn')" if warn else "fails closed"
-    return Check(
-        name,
-        None,
-        limit,
-        warn,
-        f"not evaluated: {reasons[0]}"
-        + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")
-        + f" ({what})",
-        status="not-evaluated",
-    )
+    more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""
+    return _unmeasured(gate, name, limit, f"{reasons[0]}{more}")
 
 
 def _metric_max(tests: Sequence[TestSummary], key: str) -> tuple[float, str] | None:
@@ -77,17 +67,15 @@ def _metric_max(tests: Sequence[TestSummary], key: str) -> tuple[float, str] | N
 
 
 def _not_evaluated(gate: GateSection, name: str, policy: str, limit: float | None) -> Check:
+    why = f"nothing in this audit measures it; it needs {_MEASURED_BY[policy]}"
+    return _unmeasured(gate, name, limit, why)
+
+
+def _unmeasured(gate: GateSection, name: str, limit: float | None, why: str) -> Check:
+    """A policy not evaluated, for ``why``: it fails closed unless ``on_unmeasured = "warn"``."""
     warn = gate.on_unmeasured == "warn"
     what = "warning only (on_unmeasured = 'warn')" if warn else "fails closed"
-    return Check(
-        name,
-        None,
-        limit,
-        warn,
-        f"not evaluated: nothing in this audit measures it; it needs {_MEASURED_BY[policy]} "
-        f"({what})",
-        status="not-evaluated",
-    )
+    return Check(name, None, limit, warn, f"not evaluated: {why} ({what})", status="not-evaluated")
 
 
 def _violation_check(

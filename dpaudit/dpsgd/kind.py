@@ -28,9 +28,8 @@ raw outputs only; every bound is computed in :meth:`DpsgdKind.summarise`, after 
 
 from __future__ import annotations
 
-from dpaudit.bounds import design_can_bound, trials_needed
+from dpaudit.bounds import require_design
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
-from dpaudit.errors import InsufficientTrialsError
 from dpaudit.kinds.base import (
     AuditKind,
     KindSummary,
@@ -56,6 +55,10 @@ class DpsgdKind(AuditKind[DpsgdSection]):
     description = "canary audits of DP training (DP-SGD, DP-GD, ERM trainers, yours)"
 
     def check_runnable(self, section: DpsgdSection, context: RunContext) -> None:
+        if context.sequential is not None:  # rounds of a sequential test
+            from dpaudit.dpsgd.sequential import check_sequential
+
+            check_sequential(section)
         if ":" not in section.trainer:
             _check_trials(section, context)
             return
@@ -70,6 +73,10 @@ class DpsgdKind(AuditKind[DpsgdSection]):
             preflight(X, y, white_box=section.threat_model == "white-box")
 
     def plan(self, section: DpsgdSection, context: RunContext) -> UnitPlan:
+        if context.sequential is not None:  # rounds of a sequential test
+            from dpaudit.dpsgd.sequential import plan_rounds
+
+            return plan_rounds(section, context)
         from dpaudit.dpsgd.units import dpsgd_unit, trainer_libraries, unit_names
 
         spec = DpsgdSpec(
@@ -94,6 +101,10 @@ class DpsgdKind(AuditKind[DpsgdSection]):
         )
 
     def comparisons(self, section: DpsgdSection, context: RunContext, outputs: Outputs) -> int:
+        if context.sequential is not None:  # fixed before the first round trains
+            from dpaudit.dpsgd.sequential import COMPARISONS
+
+            return COMPARISONS
         # The same list summarise() marks as in the verdict, counted before any bound.
         from dpaudit.dpsgd.summary import in_verdict, read_units
 
@@ -102,9 +113,23 @@ class DpsgdKind(AuditKind[DpsgdSection]):
     def summarise(
         self, section: DpsgdSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
+        if context.sequential is not None:
+            from dpaudit.dpsgd.sequential import sequential_summary
+
+            return sequential_summary(section, context, outputs, level=level)
         from dpaudit.dpsgd.summary import summarise
 
         return summarise(section, context, outputs, level=level)
+
+    def is_sequential(self, section: DpsgdSection, context: RunContext) -> bool:
+        return context.sequential is not None
+
+    def stop_reason(
+        self, section: DpsgdSection, context: RunContext, outputs: Outputs, *, level: float
+    ) -> str:
+        from dpaudit.dpsgd.sequential import stop_reason
+
+        return stop_reason(section, context, outputs, level=level)
 
 
 def _check_trials(section: DpsgdSection, context: RunContext) -> None:
@@ -120,16 +145,13 @@ def _check_trials(section: DpsgdSection, context: RunContext) -> None:
     """
     if section.trials == 0:
         return  # a one-run audit only
-    delta, c = context.delta, context.confidence_level
-    if not design_can_bound(
-        section.trials, delta=delta, confidence_level=c, threshold=section.threshold
-    ):
-        needed = trials_needed(delta=delta, confidence_level=c, threshold=section.threshold)
-        raise InsufficientTrialsError(
-            f"[dpsgd] trials = {section.trials} models per arm are too few for any ε lower "
-            f"bound above 0 at confidence {c:g} (threshold = {section.threshold!r}): at "
-            f"least {needed} are needed even for a perfect attack"
-        )
+    require_design(
+        section.trials,
+        delta=context.delta,
+        confidence_level=context.confidence_level,
+        threshold=section.threshold,
+        what=f"[dpsgd] trials = {section.trials} models per arm",
+    )
 
 
 KIND = DpsgdKind()

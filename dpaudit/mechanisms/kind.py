@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 
-from dpaudit.bounds import design_can_bound, trials_needed
-from dpaudit.errors import ConfigError, DpauditError, InsufficientTrialsError
+from dpaudit.bounds import require_design
+from dpaudit.errors import ConfigError, DpauditError
 from dpaudit.kinds.base import AuditKind, KindSummary, Outputs, RunContext, UnitPlan
 from dpaudit.mechanisms.schema import EXACT_TRIALS_LIMIT, LEARNED, MechanismSection
 from dpaudit.mechanisms.units import (
@@ -58,16 +58,13 @@ class MechanismKind(AuditKind[MechanismSection]):
         c, so a design that proves nothing at c proves nothing in the verdict either)."""
         if section.score == LEARNED or section.trials > EXACT_TRIALS_LIMIT:
             return  # the learned path counts fewer; the streamed path always has enough
-        delta, c = upper.epsilon_delta, context.confidence_level
-        if not design_can_bound(
-            section.trials, delta=delta, confidence_level=c, threshold=section.threshold
-        ):
-            needed = trials_needed(delta=delta, confidence_level=c, threshold=section.threshold)
-            raise InsufficientTrialsError(
-                f"[mechanism] trials = {section.trials} per arm are too few for any ε lower "
-                f"bound above 0 at confidence {c:g} (threshold = {section.threshold!r}): at "
-                f"least {needed} are needed even for a perfect attack"
-            )
+        require_design(
+            section.trials,
+            delta=upper.epsilon_delta,
+            confidence_level=context.confidence_level,
+            threshold=section.threshold,
+            what=f"[mechanism] trials = {section.trials} per arm",
+        )
 
     def size_notes(self, section: MechanismSection, context: RunContext) -> list[str]:
         if section.trials <= EXACT_TRIALS_LIMIT:
