@@ -151,9 +151,13 @@ class GreyBoxObservations:
                 f"The 'clipping_norm' parameter must be > 0. Got {float(clip.min())!r} instead."
             )
         _per_model_value("noise_multiplier", self.noise_multiplier, k, low=0.0)
-        batch_run = np.where(self.ran, batch, 0)
         sizes = self.per_model("dataset_size")
-        over = batch_run > sizes[:, None]
+        # Steps past steps_run are ignored: only when some row's largest entry is above n
+        # do the steps run need to be told apart (one pass over the batch sizes otherwise).
+        if k and width and bool(np.any(batch.max(axis=1) > sizes)):
+            over = np.where(self.ran, batch, 0) > sizes[:, None]
+        else:
+            over = np.zeros((k, width), dtype=bool)
         if np.any(over):
             i, t = (int(v[0]) for v in np.nonzero(over))
             raise DpauditError(
@@ -179,10 +183,23 @@ class GreyBoxObservations:
         return np.broadcast_to(value.astype(dtype), (self.num_models,)).copy()
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        """The raw arrays a work unit stores (``greybox_*`` keys, per-model parameters)."""
+        """The raw arrays a work unit stores (``greybox_*`` keys, per-model parameters).
+
+        The ``(K, T)`` arrays are stored compactly and losslessly, since they are most of
+        a unit's bytes (written, digested and read again by every audit): batch sizes in
+        the smallest unsigned integer type that holds them, the untouched noise in float32
+        when float32 holds every value exactly (the engine's gradients are float32), and
+        clipped norms that are all unknown as a ``(K, 0)`` array, which
+        :meth:`from_arrays` pads back with NaN. :meth:`from_arrays` restores the same
+        values (int64, float64) whichever form a unit holds.
+        """
         out = {
-            f"{_ARRAY_PREFIX}{name}": np.asarray(getattr(self, name))
-            for name in ("batch_sizes", "clipped_norms_max", "untouched_noise", "steps_run")
+            f"{_ARRAY_PREFIX}batch_sizes": _compact_counts(self.batch_sizes),
+            f"{_ARRAY_PREFIX}clipped_norms_max": _compact_floats(
+                self.clipped_norms_max, drop_all_nan=True
+            ),
+            f"{_ARRAY_PREFIX}untouched_noise": _compact_floats(self.untouched_noise),
+            f"{_ARRAY_PREFIX}steps_run": np.asarray(self.steps_run),
         }
         for name in (*_PER_MODEL, "steps_accounted"):
             out[f"{_ARRAY_PREFIX}{name}"] = self.per_model(name)
@@ -201,12 +218,27 @@ class GreyBoxObservations:
         width = max(p[f"{_ARRAY_PREFIX}batch_sizes"].shape[1] for p in parts)
 
         def joined(name: str, fill: float) -> np.ndarray:
-            arrays = []
-            for p in parts:
-                a = np.asarray(p[f"{_ARRAY_PREFIX}{name}"])
-                pad = width - a.shape[1]
-                arrays.append(np.pad(a, ((0, 0), (0, pad)), constant_values=fill) if pad else a)
-            return np.concatenate(arrays)
+            arrays = [np.asarray(p[f"{_ARRAY_PREFIX}{name}"]) for p in parts]
+            dtype = np.result_type(*arrays)
+            if dtype.kind not in "iuf" or any(a.ndim != 2 for a in arrays):
+                padded = []
+                for a in arrays:
+                    pad = width - a.shape[1]
+                    padded.append(np.pad(a, ((0, 0), (0, pad)), constant_values=fill) if pad else a)
+                return np.concatenate(padded)
+            # One pass into the type the observations keep (int64 counts, float64
+            # values; compactly stored units widen losslessly), padding each unit.
+            if dtype.kind == "f" or math.isnan(fill):
+                dtype = np.result_type(dtype, np.float64)
+            elif dtype != np.uint64:
+                dtype = np.dtype(np.int64)
+            out = np.empty((sum(a.shape[0] for a in arrays), width), dtype=dtype)
+            row = 0
+            for a in arrays:
+                out[row : row + a.shape[0], : a.shape[1]] = a
+                out[row : row + a.shape[0], a.shape[1] :] = fill
+                row += a.shape[0]
+            return out
 
         def flat(name: str) -> np.ndarray:
             return np.concatenate([np.asarray(p[f"{_ARRAY_PREFIX}{name}"]) for p in parts])
@@ -222,6 +254,28 @@ class GreyBoxObservations:
             steps_run=flat("steps_run"),
             steps_accounted=flat("steps_accounted"),
         )
+
+
+# ------------------------------------------------------------------------- storage
+
+
+def _compact_counts(batch: np.ndarray) -> np.ndarray:
+    """Non-negative int64 counts in the smallest unsigned type that holds them."""
+    top = int(batch.max()) if batch.size else 0
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(dtype).max:
+            return batch.astype(dtype)
+    return np.asarray(batch)
+
+
+def _compact_floats(values: np.ndarray, *, drop_all_nan: bool = False) -> np.ndarray:
+    """float64 values as float32 when that is exact (NaN kept), else unchanged; with
+    ``drop_all_nan``, all-NaN values as a ``(K, 0)`` array (padded back with NaN)."""
+    narrow = values.astype(np.float32)
+    if drop_all_nan and bool(np.isnan(narrow).all()):
+        return np.empty((values.shape[0], 0), dtype=np.float64)
+    same = np.array_equal(narrow.astype(np.float64), values, equal_nan=True)
+    return narrow if same else np.asarray(values)
 
 
 # ------------------------------------------------------------------------- validation
@@ -249,7 +303,7 @@ def _int_array(name: str, value: Any, *, ndim: int, low: int) -> np.ndarray:
         raise DpauditError(
             f"The {name!r} parameter must hold integers ≥ {low}. Got {int(arr.min())} instead."
         )
-    return arr.astype(np.int64)
+    return arr.astype(np.int64, copy=False)
 
 
 def _float_array(name: str, value: Any, *, shape: tuple[int, int]) -> np.ndarray:

@@ -28,9 +28,10 @@ One step of a chunk is: draw the block's randomness (:func:`_draw_noise`,
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -57,7 +58,7 @@ from dpaudit.training.specs import (
     TrainResult,
 )
 
-__all__ = ["EngineRun", "LinearStackBackend", "run_engine", "train_many"]
+__all__ = ["EngineRun", "LinearStackBackend", "one_intra_op_thread", "run_engine", "train_many"]
 
 # Opacus 1.6 (optimizers/optimizer.py, DPOptimizer.clip_and_accumulate) clips with the
 # factor min(1, C / (‖g‖ + 1e-6)); the same constant keeps parity with the oracle.
@@ -564,6 +565,29 @@ def _chunk_size(
 
 
 # -------------------------------------------------------------------------------- loop
+@contextlib.contextmanager
+def one_intra_op_thread(device: torch.device) -> Iterator[None]:
+    """Run torch on one intra-op thread on the CPU (restored afterwards).
+
+    The engine's steps are many small batched operations (a chunk's step working set is
+    kept under :data:`STEP_WORKING_SET_BYTES`); intra-op threads only wait for each other
+    on them. Measured on the 2-core development machine under load (2,000 white-box
+    logistic models, T = 500, benchmarks/RESULTS.md): 38.5 CPU-s and 118 s wall with
+    torch's default two threads, 4.9 CPU-s and 16 s wall with one, bit for bit the same
+    models. Parallelism across models comes from worker processes instead
+    (:mod:`dpaudit.training.parallel`, one thread each).
+    """
+    before = torch.get_num_threads()
+    if device.type != "cpu" or before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _noise_block(num_parameters: int, itemsize: int) -> int:
     """Steps of noise a model draws per call: up to 16, keeping one model's block under
     4 MiB (one step for models of more than a million float32 parameters).
@@ -1412,6 +1436,8 @@ def train_many(
             process. ``None`` (auto): one per available core, but 1 inside a pool
             worker, 1 when the run is a single chunk or too small to pay for process
             start-up, and ``DPAUDIT_TRAINING_PROCESSES`` when set. ``1``: this process.
+            In this process the run uses one torch intra-op thread on the CPU (restored
+            afterwards; :func:`one_intra_op_thread`), as each worker process does.
 
     Returns:
         A :class:`~dpaudit.training.TrainResult`: the trained
@@ -1498,21 +1524,22 @@ def train_many(
             )
         theta0 = shared.unsqueeze(0).expand_as(theta0).clone()
     backend = LinearStackBackend(model, x.shape[1], classes)
-    run = run_engine(
-        backend,
-        theta0,
-        x,
-        labels,
-        mask,
-        training=training,
-        seed=seed,
-        model_offset=model_offset,
-        memory_budget_bytes=memory_budget_bytes,
-        progress=progress,
-        step_observer=step_observer,
-        gradient_canary=gradient_canary,
-        coordinate_canaries=coordinate_canaries,
-    )
+    with one_intra_op_thread(x.device):
+        run = run_engine(
+            backend,
+            theta0,
+            x,
+            labels,
+            mask,
+            training=training,
+            seed=seed,
+            model_offset=model_offset,
+            memory_budget_bytes=memory_budget_bytes,
+            progress=progress,
+            step_observer=step_observer,
+            gradient_canary=gradient_canary,
+            coordinate_canaries=coordinate_canaries,
+        )
     models = ModelStack.from_flat(
         model, run.parameters, num_features=x.shape[1], num_classes=classes
     )
