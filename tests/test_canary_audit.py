@@ -137,7 +137,9 @@ def test_dpgd_white_box_dirac_mu_bound_near_exact_gdp(tmp_path):
     # costing ≈ 0.3 in μ; the point estimate's standard error is ≈ 0.1, so
     # 0.4 < μ_LB ≤ 1 holds except with probability far below 1e-3.
     out = _run(DPGD, tmp_path, trials=1000)
-    eps, mu, implied = out.comparisons
+    eps, mu, implied, curve = out.comparisons  # curve: the claim-curve test
+    assert curve.in_verdict
+    assert curve.lower.method == "claim-curve"
     assert mu.upper == pytest.approx(1.0, rel=1e-9)
     assert eps.upper == pytest.approx(theory.gdp_epsilon(1.0, 1e-5), rel=1e-9)
     assert 0.4 < mu.lower.value <= 1.0

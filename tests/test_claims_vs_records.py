@@ -146,9 +146,9 @@ def test_the_check_takes_no_share_of_the_budget(tmp_path: Path) -> None:
     checks = {c.name: c for c in result.checks}
     assert checks["claim_vs_records"].status == "failed"
     assert not checks["claim_vs_records"].spends_budget
-    # ε and μ of the canary and no more: grey-box checks are not evaluated (no
-    # observations) and the claim check is deterministic.
-    assert result.provenance["verdict_budget"]["comparisons"] == 2
+    # ε, μ and the claim curve of the canary and no more: grey-box checks are not
+    # evaluated (no observations) and the claim check is deterministic.
+    assert result.provenance["verdict_budget"]["comparisons"] == 3
     assert result.privacy_verdict == "violation"
     assert result.verdict == "fail"
 

@@ -22,6 +22,11 @@ canary in (Nasr et al. 2023, §3). Its coordinate is best one that no real examp
 gradient touches: then the update's projection on it is exactly canary + noise and the
 score is the likelihood-ratio statistic of the Gaussian test (see :func:`dirac_direction`).
 
+The black-box ``gradient`` canary is the same Dirac gradient, added at every step in which
+the canary's Poisson coin comes up, but only the final model is seen (the hidden-state
+threat model): its score is the final model's parameter on the canary's coordinate
+(:func:`gradient_canary_scores`), the sum of all steps (Cebere, Bellet, Papernot 2025).
+
 Pure functions of arrays and a seed; no state.
 """
 
@@ -37,6 +42,7 @@ from dpaudit.errors import DataError, DpauditError, check_choice, check_integer
 __all__ = [
     "CANARY_KINDS",
     "CRAFTED_VALUE",
+    "GRADIENT_CANARY_KINDS",
     "INPUT_CANARY_KINDS",
     "CraftedCanary",
     "CraftedRun",
@@ -46,6 +52,7 @@ __all__ = [
     "crafted_clipped_weight",
     "crafted_score_moments",
     "dirac_direction",
+    "gradient_canary_scores",
     "input_canary",
     "mislabeled_canary",
     "ood_canary",
@@ -54,8 +61,10 @@ __all__ = [
     "worst_case_margin",
 ]
 
-CanaryKind = Literal["mislabeled", "ood", "clipbkd", "crafted", "dirac"]
-CANARY_KINDS: tuple[str, ...] = ("mislabeled", "ood", "clipbkd", "crafted", "dirac")
+CanaryKind = Literal["mislabeled", "ood", "clipbkd", "crafted", "dirac", "gradient"]
+CANARY_KINDS: tuple[str, ...] = ("mislabeled", "ood", "clipbkd", "crafted", "dirac", "gradient")
+#: Gradient canaries: a vector in parameter space, not a row (white-box and black-box).
+GRADIENT_CANARY_KINDS: tuple[str, ...] = ("dirac", "gradient")
 INPUT_CANARY_KINDS: tuple[str, ...] = ("mislabeled", "ood", "clipbkd", "crafted")
 #: The crafted canary's value on its feature: its gradient (e_decoy − e_label) ⊗ (x, 1)
 #: has norm √2·√(v² + 1), so any C up to 1414 clips it, and its bias entries are a
@@ -375,3 +384,64 @@ def crafted_score_moments(
     )
     std = r.learning_rate * r.noise_multiplier * r.clipping_norm * np.sqrt(2.0 * r.steps) / divisor
     return float(mean), float(std)
+
+
+# ----------------------------------------------------- black-box gradient canary (final model)
+
+
+def gradient_canary_scores(
+    final_parameters: Any,
+    *,
+    index: int,
+    initial: float,
+    learning_rate: float,
+    clipping_norm: float,
+    divisor: float,
+) -> np.ndarray:
+    """The black-box gradient canary's score: the final parameter on its coordinate, in C.
+
+    The canary is a Dirac gradient C·e_index added to the clipped gradient sum at every
+    step in which its Poisson coin comes up; no real example's gradient touches that
+    coordinate (a first-layer weight of an all-zero feature), and every model starts
+    from the same θ₀. Plain SGD (no momentum, no weight decay) then leaves
+
+        θ_T[index] = θ₀[index] − (lr/divisor)·(C·B + Σ_t σC·z_t),  B ~ Binomial(T, q),
+
+    so the score −(θ_T[index] − θ₀[index])·divisor/(lr·C) is B + N(0, Tσ²) with the canary
+    and N(0, Tσ²) without it: exactly the last-iterate pair of
+    :mod:`dpaudit.last_iterate`, whose log-likelihood ratio is increasing in the score, so
+    a threshold on it is the Neyman–Pearson test of the final model on that coordinate.
+
+    This is the gradient-crafting adversary of Cebere, Bellet, Papernot ("Tighter Privacy
+    Auditing of DP-SGD in the Hidden State Threat Model", ICLR 2025, arXiv 2405.14457v3)
+    in its every-step form (the crafted gradient inserted at every step, period k = 1),
+    with the variant used here stated: the crafted gradient is one fixed Dirac direction
+    for all steps, and the score reads the released final model's parameter along it
+    (not the per-step gradient sequences optimised for a loss landscape, nor an output
+    query of the model).
+
+    Args:
+        final_parameters: ``(K, P)`` flat final parameters of K models.
+        index: the canary's coordinate.
+        initial: θ₀[index], shared by every model.
+        learning_rate: lr.
+        clipping_norm: C.
+        divisor: what the noisy sum is divided by (q·n, or n for full batch).
+
+    Returns:
+        ``(K,)`` float64 scores (larger = "canary in").
+    """
+    theta = np.asarray(final_parameters, dtype=np.float64)
+    if theta.ndim != 2:
+        raise DataError(f"'final_parameters' must be (K, P). Got shape {theta.shape}.")
+    j = check_integer("index", index, low=0, high=int(theta.shape[1]) - 1)
+    scale = float(learning_rate) * float(clipping_norm) / float(divisor)
+    if not (np.isfinite(scale) and scale > 0):
+        raise DpauditError(
+            "The gradient canary's score needs learning_rate, clipping_norm and divisor > 0. "
+            f"Got lr={learning_rate!r}, C={clipping_norm!r}, divisor={divisor!r}."
+        )
+    scores: np.ndarray = -(theta[:, j] - float(initial)) / scale
+    if not np.all(np.isfinite(scores)):
+        raise DataError("A model's parameter on the gradient canary is infinite or NaN.")
+    return scores

@@ -35,6 +35,7 @@ BUILTIN_TRAINERS = (
     "multiparty",
     "multiparty-gradient",
     "plain",
+    "gradient-laplace",
 )
 #: dpaudit's own DP-SGD trainers (the engine).
 ENGINE_TRAINERS = ("dpsgd", "dpgd")
@@ -104,8 +105,14 @@ class DpsgdSection(Table):
         training: the shared training table (``epochs`` defaults to 1 here).
         trainer: a registered trainer (:data:`BUILTIN_TRAINERS`) or ``"pkg.module:function"``.
         options: trainer options (``epsilon``, ``lam``, ``parties``, or a user trainer's).
+            ``multiparty-gradient`` also takes ``checkpoint`` = t (audit the intermediate
+            model θ_t); ``gradient-laplace`` takes ``epsilon``, ``clip`` and ``examples``.
         canary: ``mislabeled`` | ``ood`` | ``clipbkd`` | ``crafted`` (input rows) | ``dirac``
             (gradient). ``crafted`` sits on an appended all-zero feature that only it uses.
+            ``gradient`` (black-box, engine trainers): the Dirac gradient added at every
+            step its Poisson coin comes up, scored on the final model's parameter along
+            it (:func:`dpaudit.dpsgd.canaries.gradient_canary_scores`); every model starts
+            from the same θ₀ = 0, so the score's law is the last-iterate pair.
             ``worst-case`` (ERM trainers): the replace-one pair of unit records that moves
             the exact minimiser most, scored by the exact log-likelihood ratio of the
             released model under the mechanism's noise density (:mod:`dpaudit.erm`).
@@ -136,7 +143,9 @@ class DpsgdSection(Table):
     training: DpsgdTrainingSection = DpsgdTrainingSection()
     trainer: str = "dpsgd"
     options: dict[str, float | int | str] = Field(default_factory=dict)
-    canary: Literal["mislabeled", "ood", "clipbkd", "crafted", "dirac", "worst-case"] = "dirac"
+    canary: Literal[
+        "mislabeled", "ood", "clipbkd", "crafted", "dirac", "gradient", "worst-case"
+    ] = "dirac"
     mechanism: Literal["output-perturbation", "multiparty"] | None = None
     threat_model: Literal["black-box", "white-box"] = "white-box"
     score: Literal["likelihood-ratio", "sum"] = "likelihood-ratio"
@@ -185,7 +194,7 @@ class DpsgdSection(Table):
 
     @model_validator(mode="after")
     def _black_box_levers(self) -> DpsgdSection:
-        problem = _black_box_problem(self) or _worst_case_problem(self)
+        problem = _black_box_problem(self) or _worst_case_problem(self) or _gradient_problem(self)
         if problem is not None:
             raise ValueError(problem)
         return self
@@ -218,6 +227,29 @@ def _black_box_problem(s: DpsgdSection) -> str | None:
             return f"initial = 'worst-case' is made for model = 'logistic'; got {s.model!r}"
         if s.training.momentum != 0.0 or s.training.weight_decay != 0.0:
             return "initial = 'worst-case' needs momentum = 0 and weight_decay = 0"
+    return None
+
+
+def _gradient_problem(s: DpsgdSection) -> str | None:
+    """Why the black-box ``gradient`` canary cannot be used as configured."""
+    if s.canary != "gradient":
+        return None
+    if s.trainer not in ENGINE_TRAINERS:
+        return (
+            "canary = 'gradient' needs the 'dpsgd' or 'dpgd' trainer (the engine adds it to "
+            f"every step); got trainer={s.trainer!r}"
+        )
+    if s.model != "logistic":
+        return f"canary = 'gradient' is made for model = 'logistic'; got {s.model!r}"
+    if s.training.momentum != 0.0 or s.training.weight_decay != 0.0:
+        return (
+            "canary = 'gradient' reads the final parameter as the plain sum of the steps: "
+            "set momentum = 0 and weight_decay = 0"
+        )
+    if s.zero_features == 0:
+        return "canary = 'gradient' needs an all-zero feature: zero_features >= 1"
+    if s.black_box is not None:
+        return "[dpsgd.black_box] does not apply to canary = 'gradient'"
     return None
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from dpaudit import erm, theory
 from dpaudit.data import Standardizer, load_dataset
 from dpaudit.dpsgd.canaries import (
+    GRADIENT_CANARY_KINDS,
     INPUT_CANARY_KINDS,
     CraftedCanary,
     CraftedRun,
@@ -99,7 +100,7 @@ def _setup_cached(section_json: str, seed: int, base_dir: str) -> _Setup:
     crafted = None
     zero = s.zero_features
     if zero is None:
-        zero = 1 if s.canary in ("dirac", "crafted") else 0
+        zero = 1 if s.canary in ("dirac", "crafted", "gradient") else 0
     if zero:
         # Appended before an input canary is made: ClipBKD then finds the all-zero column
         # as the direction of least variance, where no real example pulls the model.
@@ -120,7 +121,7 @@ def _setup_cached(section_json: str, seed: int, base_dir: str) -> _Setup:
     shapes = layer_shapes(model, X.shape[1], num_classes)
     num_parameters = sum(o * i + o for o, i in shapes)
     direction = None
-    if s.canary == "dirac":
+    if s.canary in GRADIENT_CANARY_KINDS:
         # First layer, unit 0, weight on the last feature: flat index 0·d + (d − 1). When
         # that feature is all-zero, every real gradient is 0 there (∂/∂W = δ·aᵀ, a = 0).
         direction = dirac_direction(num_parameters, X.shape[1] - 1)
@@ -129,6 +130,11 @@ def _setup_cached(section_json: str, seed: int, base_dir: str) -> _Setup:
     training = training_spec(s.training, members=members, full_batch=s.full_batch)
     if crafted is not None and s.black_box is not None and s.black_box.initial == "worst-case":
         training = _worst_case_training(crafted, training, members, X.shape[1], num_classes)
+    if s.canary == "gradient":
+        # One θ₀ = 0 for every model: the final parameter on the canary's coordinate is then
+        # the plain sum of the steps (canaries.gradient_canary_scores); any fixed θ₀ keeps
+        # DP-SGD's guarantee, so the auditor may choose it.
+        training = replace(training, initial_parameters=(0.0,) * num_parameters)
     return _Setup(
         X, y, num_classes, canary_row, direction, model, training, crafted, replaced_row, worst
     )

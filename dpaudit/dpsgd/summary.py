@@ -39,12 +39,14 @@ from dpaudit.bounds import (
     mu_bound_against_bracket,
     mu_lower_bound,
 )
+from dpaudit.claim_curve import claim_curve_epsilon
 from dpaudit.dpsgd.one_run import ONE_RUN_UNIT, one_run_comparisons
 from dpaudit.dpsgd.schema import ENGINE_TRAINERS, DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.setup import _setup, worst_case_details
 from dpaudit.dpsgd.units import trainer_libraries
 from dpaudit.greybox import GreyBoxObservations, GreyBoxTest, greybox_tests
 from dpaudit.kinds.base import KindSummary, Outputs, RunContext
+from dpaudit.last_iterate import last_iterate_details
 from dpaudit.records import DPSGDRecord
 from dpaudit.results import (
     Check,
@@ -60,9 +62,17 @@ from dpaudit.upper_bounds import Claim, UpperBound, check_claim, from_claim, fro
 __all__ = ["StoredUnits", "in_verdict", "read_units", "summarise"]
 
 #: Built-in trainers that run no DP-SGD: the grey-box checks do not apply to them.
-_NOT_DPSGD = ("output-perturbation", "multiparty", "multiparty-gradient", "plain")
+_NOT_DPSGD = (
+    "output-perturbation",
+    "multiparty",
+    "multiparty-gradient",
+    "plain",
+    "gradient-laplace",
+)
 #: The names :func:`in_verdict` gives the many-run and one-run comparisons.
 _MANY_EPSILON, _MANY_MU = "many-run epsilon", "many-run mu"
+#: The many-run scores held against the accountant's own trade-off curve of what ran.
+_MANY_CURVE = "many-run claim curve"
 _ONE_RUN = "one-run epsilon or mu"
 #: The gate check of a stated claim against what ran (deterministic, no budget share).
 CLAIM_CHECK = "claim_vs_records"
@@ -144,6 +154,9 @@ def in_verdict(stored: StoredUnits) -> tuple[str, ...]:
         # reported but kept out of the verdict, so it takes no share of the budget.
         listed += [_MANY_EPSILON] if stored.upper.epsilon_finite else []
         listed += [_MANY_MU] if stored.upper.mu_finite else []
+        # The same scores against the whole curve of what ran (dpaudit.claim_curve): one
+        # more share, so the three many-run comparisons hold jointly (union bound).
+        listed += [_MANY_CURVE] if _curve_record(stored) is not None else []
     if stored.one is not None:
         # ONE share for the one run: its ε and μ bounds split it in halves and the
         # stronger of the two enters the verdict (dpaudit.dpsgd.one_run)
@@ -205,7 +218,19 @@ def summarise(
             comparisons.append(
                 gdp_implied_comparison(label, mu_lb, upper.mu, delta=delta, source=upper.source)
             )
+        record = _curve_record(stored) if _MANY_CURVE in verdict else None
+        seed = context.seed
+        if record is not None:
+            comparisons.append(
+                _claim_curve_comparison(s, record, neg, pos, level=level, delta=delta, seed=seed)
+            )
         test = _many_run_test(s, upper, neg, pos, mu_lb, context.confidence_level, context.base_dir)
+        last = _last_iterate(s, stored, eps_lb, mu_lb, level=level, delta=delta, seed=context.seed)
+        if last is not None:
+            # Informational (a heuristic reference, never in the verdict): μ_LB and ε_LB
+            # beside the last-iterate pair's μ and ε, next to the accountant's rows.
+            comparisons += _last_iterate_rows(label, eps_lb, mu_lb, last)
+            test = test.with_details(last_iterate=last)
         if s.canary == "worst-case":
             test = test.with_details(
                 worst_case=_summary_worst_case(s, context, trials=int(neg.size), level=level)
@@ -321,6 +346,55 @@ def _tighter(accountant: UpperBound, claim: UpperBound) -> UpperBound:
 # ----------------------------------------------------------------------- many-run test
 
 
+def _curve_record(stored: StoredUnits) -> DPSGDRecord | None:
+    """The least private of the many-run records (smallest σ, largest q and T), whose
+    trade-off curve lies below every model's: the claim-curve test holds against it.
+    None without records, or when no finite curve is accounted (σ = 0)."""
+    if not stored.many or "noise_multiplier" not in stored.many[0]:
+        return None
+    records = DPSGDRecord.from_arrays(stored.many)
+    sigma = min(r.noise_multiplier for r in records)
+    if not (sigma > 0 and math.isfinite(sigma)):
+        return None
+    q, steps = max(r.sampling_rate for r in records), max(r.steps for r in records)
+    return replace(records[0], noise_multiplier=sigma, sampling_rate=q, steps=steps)
+
+
+def _claim_curve_comparison(
+    s: DpsgdSection,
+    record: DPSGDRecord,
+    neg: np.ndarray,
+    pos: np.ndarray,
+    *,
+    level: float,
+    delta: float,
+    seed: int,
+) -> Comparison:
+    """The scores against the accountant's trade-off curve of what ran, at the verdict's
+    per-bound level: an ε above the accountant's means a point below its curve
+    (:func:`dpaudit.claim_curve.claim_curve_epsilon`)."""
+    bound, accountant = claim_curve_epsilon(
+        neg,
+        pos,
+        noise_multiplier=record.noise_multiplier,
+        sampling_rate=record.sampling_rate,
+        steps=record.steps,
+        delta=delta,
+        confidence_level=level,
+        threshold=s.threshold,
+        seed=seed,
+    )
+    return Comparison(
+        test=f"{_label(s)} (claim curve)",
+        parameter="epsilon",
+        lower=bound,
+        upper=accountant,
+        # the lower value reads σ′ through the accounted q and T; the violation does not
+        upper_source="accountant's trade-off curve of what ran (ε of the effective σ′)",
+        in_verdict=True,
+    )
+
+
 def _many_run_bounds(
     s: DpsgdSection, upper: UpperBound, neg: np.ndarray, pos: np.ndarray, *, level: float, seed: int
 ) -> tuple[EpsilonBound, MuBound]:
@@ -369,6 +443,64 @@ def _many_run_test(
             },
         },
     )
+
+
+def _last_iterate(
+    s: DpsgdSection,
+    stored: StoredUnits,
+    eps_lb: EpsilonBound,
+    mu_lb: MuBound,
+    *,
+    level: float,
+    delta: float,
+    seed: int,
+) -> dict[str, Any] | None:
+    """The last-iterate reference of a final-model audit of DP-SGD records (else None).
+
+    Read from the least private model's record (largest q and T, smallest σ).
+    """
+    if (
+        s.threat_model != "black-box"
+        or s.trainer in _NOT_DPSGD
+        or "noise_multiplier" not in stored.many[0]
+    ):
+        return None
+    records = DPSGDRecord.from_arrays(stored.many)
+    sigma = min(r.noise_multiplier for r in records)
+    if not sigma > 0:
+        return None
+    counted = stored.trials_per_arm // 2 if s.threshold == "split" else stored.trials_per_arm
+    return last_iterate_details(
+        sampling_rate=max(r.sampling_rate for r in records),
+        steps=max(r.steps for r in records),
+        noise_multiplier=sigma,
+        delta=eps_lb.delta,
+        mu_lower=mu_lb.value,
+        epsilon_lower=eps_lb.value,
+        trials=counted,
+        confidence_level=level,
+        seed=seed,
+    )
+
+
+def _last_iterate_rows(
+    label: str, eps_lb: EpsilonBound, mu_lb: MuBound, last: Mapping[str, Any]
+) -> list[Comparison]:
+    """The audit's ε and μ lower bounds held against the last-iterate reference (rows of
+    their own, so that the console and the report name the reference; never in the
+    verdict)."""
+    source = "last-iterate heuristic (Steinke et al. 2025)"
+    return [
+        Comparison(
+            test=f"{label} · last-iterate reference",
+            parameter=parameter,
+            lower=lower,
+            upper=last[parameter],
+            upper_source=f"{source} {symbol}",
+            in_verdict=False,
+        )
+        for parameter, symbol, lower in (("epsilon", "ε", eps_lb), ("mu", "μ", mu_lb))
+    ]
 
 
 def _summary_worst_case(

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from dpaudit import erm
-from dpaudit.dpsgd.canaries import CraftedCanary
+from dpaudit.dpsgd.canaries import CraftedCanary, gradient_canary_scores
 from dpaudit.dpsgd.one_run import ONE_RUN_UNIT, one_run_unit
 from dpaudit.dpsgd.schema import BlackBoxSection, DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.setup import WorstCaseSetup, _Setup, _setup, purpose_seed
@@ -109,7 +109,7 @@ def dpsgd_unit(spec: DpsgdSpec, unit: str) -> dict[str, np.ndarray]:
     )
     return {
         "included": included,
-        "scores": _scores(out, setup, s.black_box)
+        "scores": _scores(out, setup, s.black_box, gradient=s.canary == "gradient")
         if setup.worst_case is None
         else _worst_case_scores(out, setup.worst_case),
         **_ran_arrays(out),
@@ -120,9 +120,13 @@ def dpsgd_unit(spec: DpsgdSpec, unit: str) -> dict[str, np.ndarray]:
 # ------------------------------------------------------------------------------ scores
 
 
-def _scores(out: TrainerOutput, setup: _Setup, black_box: BlackBoxSection | None) -> np.ndarray:
+def _scores(
+    out: TrainerOutput, setup: _Setup, black_box: BlackBoxSection | None, *, gradient: bool = False
+) -> np.ndarray:
     if out.scores is not None:
         return np.asarray(out.scores, dtype=np.float64).reshape(-1)
+    if gradient and out.models is not None:  # the black-box gradient canary
+        return _gradient_scores(out.models, setup)
     if setup.canary_row is None or out.models is None:
         raise ConfigError("A trainer returning models needs an input-space canary to score.")
     if black_box is not None and black_box.score == "logit-shift":
@@ -137,6 +141,25 @@ def _scores(out: TrainerOutput, setup: _Setup, black_box: BlackBoxSection | None
     if not np.all(np.isfinite(scores)):
         raise DataError("A model gave the canary an infinite or NaN loss.")
     return scores
+
+
+def _gradient_scores(models: ModelStack, setup: _Setup) -> np.ndarray:
+    """The black-box gradient canary's scores: the final parameter on its coordinate."""
+    # canary = "gradient": a Dirac direction and DP training (the section checked both)
+    t, dp = setup.training, setup.training.dp
+    assert setup.direction is not None
+    assert dp is not None
+    theta0 = t.initial_parameters
+    index = int(np.flatnonzero(setup.direction)[0])
+    return gradient_canary_scores(
+        models.flat_parameters().double().numpy(),
+        index=index,
+        initial=0.0 if theta0 is None else float(theta0[index]),
+        learning_rate=t.learning_rate,
+        clipping_norm=dp.clipping_norm,
+        # the engine divides the noisy sum by the expected batch size (n for full batch)
+        divisor=float(setup.X.shape[0] if t.full_batch else t.batch_size),
+    )
 
 
 def _logit_shift_scores(models: ModelStack, crafted: CraftedCanary) -> np.ndarray:
