@@ -366,7 +366,8 @@ def _sequential_kinds(config: AuditConfig) -> set[str]:
         if not get_kind(name).is_sequential(config.section(name), context):
             raise DpauditError(
                 f"[audit] stopping = 'sequential' is not supported by the {name!r} kind (only "
-                "by 'mechanism'); use stopping = 'fixed' or audit that kind in another file"
+                "by 'mechanism' and 'dpsgd'); use stopping = 'fixed' or audit that kind in "
+                "another file"
             )
         found.add(name)
     return found

@@ -59,14 +59,19 @@ from dpaudit.stats import clopper_pearson_upper
 from dpaudit.tradeoff import TradeoffCurve
 
 __all__ = [
+    "SEQUENTIAL_METHOD",
     "STOP_REASONS",
     "RoundPoint",
+    "RoundsOutcome",
     "SequentialPlan",
     "SequentialRule",
     "SequentialTest",
+    "combined_decision",
     "log_mixture_martingale",
+    "outcome_bound",
     "plan_sequential",
     "rate_upper_limit",
+    "run_rounds",
     "select_threshold",
     "sequential_path",
     "simulate_stopping",
@@ -567,3 +572,152 @@ def plan_sequential(
 def default_tuned_trials(round_trials: int) -> int:
     """Counted trials per arm the limits are tuned for when the audit does not say."""
     return 20 * round_trials
+
+
+# ------------------------------------------------- several tests fed the same rounds
+
+
+@dataclass(frozen=True)
+class RoundsOutcome:
+    """Several sequential tests (one per parameter) fed the same stored rounds, stopped at
+    the first round where any of them decides (:func:`run_rounds`).
+
+    Attributes:
+        decision: one of :data:`STOP_REASONS`.
+        rounds: rounds used (round 0 included).
+        trials: trials per arm used (round 0 included).
+        thresholds: per parameter, the threshold chosen on round 0.
+        paths: per parameter, one point per counted round used.
+        levels: per parameter, the level its bound holds at.
+        uppers: per parameter, its upper bound (None: none).
+        targets: per parameter, the value that certifies it (None: no target).
+        entered: per parameter, whether its comparison is in the verdict.
+    """
+
+    decision: str
+    rounds: int
+    trials: int
+    thresholds: dict[str, float]
+    paths: dict[str, list[RoundPoint]]
+    levels: dict[str, float]
+    uppers: dict[str, float | None]
+    targets: dict[str, float | None]
+    entered: dict[str, bool]
+
+    @property
+    def decided_by(self) -> str | None:
+        """The parameter whose test took the decision (None while continuing)."""
+        if self.decision == "continue":
+            return None
+        return next(
+            (p for p, pts in self.paths.items() if pts and pts[-1].decision == self.decision),
+            None,
+        )
+
+
+def combined_decision(last: dict[str, str], entered: dict[str, bool]) -> str:
+    """The audit's decision after a round from each test's: a violation of an in-verdict
+    comparison first, then a certified target, then the cap, else continue."""
+    if any(d == "violation" and entered[p] for p, d in last.items()):
+        return "violation"
+    if any(d == "target" for d in last.values()):
+        return "target"
+    if any(d == "cap" for d in last.values()):
+        return "cap"
+    return "continue"
+
+
+def run_rounds(
+    rounds: Sequence[tuple[Any, Any]],
+    rules: dict[str, SequentialRule],
+    *,
+    entered: dict[str, bool],
+    last_round: int,
+) -> RoundsOutcome:
+    """Feed stored rounds in order to one test per rule; stop at the first round where
+    the combined decision (:func:`combined_decision`) is not ``"continue"``.
+
+    A deterministic function of the rounds given: a resumed or extended run reads the same
+    stored rounds and takes the same decisions, and rounds after the decision are never
+    read. Any kind whose rounds are ``(negative scores, positive scores)`` uses it.
+
+    Args:
+        rounds: ``(negative scores, positive scores)`` per round; round 0 chooses the
+            thresholds.
+        rules: per parameter, its :class:`SequentialRule`.
+        entered: per parameter, whether its comparison is in the verdict (only those can
+            stop the test with a violation).
+        last_round: index of the last round allowed (the cap).
+
+    Raises:
+        DpauditError: no round given.
+    """
+    if not rounds:
+        raise DpauditError("A sequential test needs at least its selection round (round 0).")
+    tests = {p: SequentialTest(*rounds[0], rule) for p, rule in rules.items()}
+    paths: dict[str, list[RoundPoint]] = {p: [] for p in rules}
+    decision, used = "continue", 1
+    for r in range(1, len(rounds)):
+        neg, pos = rounds[r]
+        for p, test in tests.items():
+            paths[p].append(test.add(neg, pos, last=r >= last_round))
+        used = r + 1
+        decision = combined_decision({p: pts[-1].decision for p, pts in paths.items()}, entered)
+        if decision != "continue":
+            break
+    trials = sum(max(np.asarray(n).size, np.asarray(q).size) for n, q in rounds[:used])
+    return RoundsOutcome(
+        decision=decision,
+        rounds=used,
+        trials=trials,
+        thresholds={p: t.threshold for p, t in tests.items()},
+        paths=paths,
+        levels={p: r.level for p, r in rules.items()},
+        uppers={p: r.upper for p, r in rules.items()},
+        targets={p: r.target for p, r in rules.items()},
+        entered=dict(entered),
+    )
+
+
+def outcome_bound(result: RoundsOutcome, parameter: str, *, delta: float) -> Any:
+    """The :class:`~dpaudit.bounds.EpsilonBound` or :class:`~dpaudit.bounds.MuBound` a
+    sequential test stopped with (method ``beta-binomial-mixture-cs``), and its path's
+    summary in ``details``."""
+    from dpaudit.bounds import EpsilonBound, MuBound
+    from dpaudit.stats import ConfidenceInterval
+
+    point = result.paths[parameter][-1]
+    common: dict[str, Any] = {
+        "value": point.value,
+        "confidence_level": result.levels[parameter],
+        "method": SEQUENTIAL_METHOD,
+        "threshold": "sequential",
+        "validity": "rigorous-multi-run",
+        "fpr": ConfidenceInterval(0.0, point.fpr_high),
+        "fnr": ConfidenceInterval(0.0, point.fnr_high),
+        "threshold_value": result.thresholds[parameter],
+        "counts": {
+            "fp": point.fp,
+            "negatives": point.negatives,
+            "fn": point.fn,
+            "positives": point.positives,
+        },
+        "details": {
+            "sequential": True,
+            "rounds": result.rounds,
+            "selection": "round 0 (never counted) chose the threshold",
+            "stopped_because": result.decision,
+            "limits": (
+                "one-sided beta-binomial mixture confidence sequences for FPR and FNR, "
+                "each at 1 - (1 - level)/2, valid over every round at once (Robbins 1970; "
+                "Howard et al. 2021, Ann. Statist. 49(2))"
+            ),
+        },
+    }
+    if parameter == "epsilon":
+        return EpsilonBound(delta=delta, **common)
+    return MuBound(**common)
+
+
+#: The method label of a sequential bound.
+SEQUENTIAL_METHOD = "beta-binomial-mixture-cs"

@@ -1,0 +1,311 @@
+"""Sequential many-run canary audits of DP training (``[audit] stopping = "sequential"``).
+
+The models arrive one round at a time: a round is one unit of ``2·round_trials`` models
+(model g trained with the canary iff g is odd, as in the fixed design, so every round
+holds ``round_trials`` models per arm). Round 0 chooses the thresholds of the ε and μ
+tests and is never counted; after every later round the anytime-valid limits of FPR and
+FNR (:mod:`dpaudit.sequential`, the machinery the mechanism kind uses: the same tests,
+the same decision rule, the same bounds) give the bounds, and the audit stops at the
+first round where
+
+- an ε or μ lower bound exceeds the upper bound read from what the models RAN (their
+  DPSGDRecords through the accountant, or their Claim: ``violation``, exit 1),
+- a lower bound reaches what ``certify_tightness`` or ``certify_epsilon`` asks
+  (``target``),
+- or the cap, ``[dpsgd] trials`` rounded up to whole rounds, is reached (``cap``).
+
+What enters the verdict is fixed before any model trains, since the verdict's per-bound
+level must be known when the first decision is taken: the many-run ε and μ comparisons,
+two shares of the budget, whatever the records say (an infinite upper bound then holds
+its share unused: conservative). The grey-box p-value tests would need their shares
+counted from observations not yet made, so a sequential audit reports only the
+deterministic grey-box checks (and a stated claim against the records); run the fixed
+design for the others. The one-run audit is a single training run with nothing to
+sequence: it is refused here.
+
+The decision is a deterministic function of the stored rounds (:func:`outcome`): a run
+killed with ``kill -9`` resumes from its stored rounds with the same decisions, and a rerun
+with a larger cap finds its rounds (the cap is not part of the units' key) and continues
+the same sequence, since model g's training depends only on the seed and g.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dpaudit.bounds import EpsilonBound, MuBound
+from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
+from dpaudit.errors import ConfigError, DpauditError
+from dpaudit.kinds.base import (
+    KindSummary,
+    Outputs,
+    RunContext,
+    SequentialSettings,
+    UnitPlan,
+    dataset_digest,
+    unit_index,
+)
+from dpaudit.plugins import plugin_digest
+from dpaudit.sequential import (
+    RoundsOutcome,
+    SequentialRule,
+    default_tuned_trials,
+    outcome_bound,
+    run_rounds,
+)
+from dpaudit.upper_bounds import UpperBound
+
+__all__ = [
+    "COMPARISONS",
+    "check_sequential",
+    "outcome",
+    "plan_rounds",
+    "rounds_cap",
+    "sequential_summary",
+    "stop_reason",
+]
+
+#: In-verdict comparisons of a sequential dpsgd audit: many-run ε and μ, fixed in advance.
+COMPARISONS = 2
+
+
+def settings(context: RunContext) -> SequentialSettings:
+    if context.sequential is None:
+        raise DpauditError("internal error: a sequential dpsgd audit without its settings")
+    return context.sequential
+
+
+def rounds_cap(section: DpsgdSection, context: RunContext) -> int:
+    """Rounds allowed: ⌈trials / round_trials⌉, at least 2 (round 0 and one counted)."""
+    return max(2, math.ceil(section.trials / settings(context).round_trials))
+
+
+def check_sequential(section: DpsgdSection) -> None:
+    """What the sequential design supports, said before any model trains.
+
+    Raises:
+        ConfigError: a one-run audit (one training run: nothing to sequence), or no
+            many-run models (``trials = 0``).
+    """
+    if section.one_run is not None:
+        raise ConfigError(
+            "[audit] stopping = 'sequential' trains the many-run models round by round; "
+            "[dpsgd.one_run] is a single training run with nothing to sequence: remove one "
+            "of them (audit the one run in a fixed-design file)"
+        )
+    if section.trials == 0:
+        raise ConfigError(
+            "[audit] stopping = 'sequential' needs many-run models: set [dpsgd] trials (the "
+            "cap, models per arm) to at least 2 × [audit] round_trials"
+        )
+
+
+def plan_rounds(section: DpsgdSection, context: RunContext) -> UnitPlan:
+    """One unit per round of ``2·round_trials`` models; the key leaves out the cap.
+
+    A round is the fixed design's unit with ``unit_size = 2·round_trials``: model g trains
+    from (seed, g) alone. The spec's ``trials`` is the cap rounded up to whole rounds, and
+    the key holds everything but the cap (and the fixed design's ``models_per_unit``), so
+    a rerun with a larger cap finds the rounds already run and continues.
+    """
+    from dpaudit.dpsgd.units import dpsgd_unit, trainer_libraries
+
+    check_sequential(section)
+    s = settings(context)
+    n = rounds_cap(section, context)
+    whole = section.model_copy(update={"trials": n * s.round_trials, "models_per_unit": None})
+    spec = DpsgdSpec(
+        section=whole,
+        seed=context.seed,
+        unit_size=2 * s.round_trials,
+        base_dir=str(context.base_dir),
+    )
+    key = spec.model_dump(
+        mode="json", exclude={"base_dir": True, "section": {"trials", "models_per_unit"}}
+    )
+    return UnitPlan(
+        fn=dpsgd_unit,
+        spec=spec,
+        units=tuple(f"dpsgd-{i:05d}" for i in range(n)),
+        key_data={
+            **key,
+            "stopping": "sequential",
+            "data_file": dataset_digest(section.dataset, context.base_dir),
+            "trainer_file": plugin_digest(section.trainer, base_dir=context.base_dir)
+            if ":" in section.trainer
+            else None,
+            **trainer_libraries(section.trainer, context.base_dir),
+        },
+        description="training canary models (sequential rounds)",
+    )
+
+
+def _ordered(outputs: Outputs) -> list[str]:
+    names = sorted(outputs, key=unit_index)
+    if [unit_index(u) for u in names] != list(range(len(names))):
+        raise DpauditError(
+            f"a sequential audit reads its rounds in order from round 0; the stored rounds "
+            f"are {names}"
+        )
+    return names
+
+
+def _arms(part: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    scores = np.asarray(part["scores"], dtype=float)
+    inc = np.asarray(part["included"]).astype(bool)
+    return scores[~inc], scores[inc]
+
+
+def _rules(upper: UpperBound, s: SequentialSettings, *, level: float) -> dict[str, SequentialRule]:
+    """The ε and μ rules, both in the verdict at ``level``; an infinite upper bound has
+    nothing to violate (its share is held unused)."""
+    rules = {}
+    for parameter, value in (("epsilon", upper.epsilon), ("mu", upper.mu)):
+        finite = value is not None and math.isfinite(value)
+        target = None
+        if s.certify_tightness is not None and finite and value is not None:
+            target = s.certify_tightness * value
+        if parameter == "epsilon" and s.certify_epsilon is not None:
+            target = s.certify_epsilon if target is None else min(target, s.certify_epsilon)
+        rules[parameter] = SequentialRule(
+            parameter=parameter,  # type: ignore[arg-type]
+            delta=upper.epsilon_delta if parameter == "epsilon" else 0.0,
+            level=level,
+            upper=value if finite else None,
+            target=target,
+            tuned_trials=default_tuned_trials(s.round_trials),
+        )
+    return rules
+
+
+def outcome(
+    section: DpsgdSection, context: RunContext, outputs: Outputs, *, level: float
+) -> tuple[RoundsOutcome, UpperBound]:
+    """The sequential test after the stored rounds, and the upper bound it was held
+    against (read from what round 0's models ran: every round trains the same way, and
+    a later round's records are checked against it by the summary's claim check).
+
+    Raises:
+        DpauditError: a stored round is missing (the rounds are not 0, 1, 2, ...).
+    """
+    from dpaudit.dpsgd.summary import _many_run_upper
+
+    names = _ordered(outputs)
+    upper = _many_run_upper([outputs[names[0]]], context.delta)
+    assert upper is not None  # one many-run unit at least
+    rules = _rules(upper, settings(context), level=level)
+    result = run_rounds(
+        [_arms(outputs[u]) for u in names],
+        rules,
+        entered={p: True for p in rules},
+        last_round=rounds_cap(section, context) - 1,
+    )
+    return result, upper
+
+
+def stop_reason(
+    section: DpsgdSection, context: RunContext, outputs: Outputs, *, level: float
+) -> str:
+    """The decision after the rounds stored so far (the audit asks after each round)."""
+    if len(outputs) < 2:
+        return "continue"  # round 0 only chooses the thresholds
+    return outcome(section, context, outputs, level=level)[0].decision
+
+
+def describe(section: DpsgdSection, context: RunContext, result: RoundsOutcome) -> dict[str, Any]:
+    """The ``sequential`` details of the test in results.json."""
+    s = settings(context)
+    cap = rounds_cap(section, context) * s.round_trials
+    return {
+        "trials_used": {"negative": result.trials, "positive": result.trials},
+        "stopped_because": result.decision,
+        "decided_by": result.decided_by,
+        "rounds": result.rounds,
+        "round_trials": s.round_trials,
+        "cap_trials": cap,
+        "trials_saved_against_cap": cap - result.trials,
+        "thresholds": dict(result.thresholds),
+        "targets": dict(result.targets),
+        "path": {p: [pt.to_dict() for pt in pts] for p, pts in result.paths.items()},
+        # no closed-form trade-off curve of a trained model: no fixed plan to set beside
+        "fixed_plan": {p: None for p in result.paths},
+    }
+
+
+def sequential_summary(
+    section: DpsgdSection, context: RunContext, outputs: Outputs, *, level: float
+) -> KindSummary:
+    """The many-run comparisons the sequential test stopped with (both in the verdict at
+    ``level``), its test with the ``sequential`` details, the deterministic grey-box checks
+    and the claim check, all of the rounds used (rounds stored after the decision are
+    never read).
+
+    Raises:
+        DpauditError: only round 0 is stored (no bound yet).
+    """
+    from dpaudit.dpsgd import summary as fixed
+    from dpaudit.results import Comparison, gdp_implied_comparison, null_result_warning
+
+    if len(outputs) < 2:
+        raise DpauditError(
+            "a sequential audit needs round 0 (threshold) and at least one counted round; "
+            "raise [dpsgd] trials to at least 2 × [audit] round_trials"
+        )
+    result, upper = outcome(section, context, outputs, level=level)
+    used = {u: outputs[u] for u in _ordered(outputs)[: result.rounds]}
+    stored = fixed.read_units(section, used, delta=context.delta)
+    eps_lb = outcome_bound(result, "epsilon", delta=upper.epsilon_delta)
+    mu_lb = outcome_bound(result, "mu", delta=upper.epsilon_delta)
+    assert isinstance(eps_lb, EpsilonBound)
+    assert isinstance(mu_lb, MuBound)
+    label = fixed._label(section)
+    comparisons = [
+        Comparison(
+            test=label,
+            parameter="epsilon",
+            lower=eps_lb,
+            upper=upper.epsilon,
+            upper_source=f"{upper.source} ε",
+            in_verdict=True,
+        ),
+        Comparison(
+            test=label,
+            parameter="mu",
+            lower=mu_lb,
+            upper=upper.mu,
+            upper_source=f"{upper.source} μ" if upper.mu is not None else "none",
+            in_verdict=True,
+        ),
+    ]
+    if mu_lb.value > 0 and upper.mu is not None and upper.mu_finite:
+        comparisons.append(
+            gdp_implied_comparison(label, mu_lb, upper.mu, delta=context.delta, source=upper.source)
+        )
+    parts = [_arms(p) for p in used.values()]
+    neg = np.concatenate([n for n, _ in parts])
+    pos = np.concatenate([p for _, p in parts])
+    test = fixed._many_run_test(
+        section, upper, neg, pos, mu_lb, context.confidence_level, context.base_dir
+    ).with_details(sequential=describe(section, context, result))
+    warnings = []
+    if eps_lb.value == 0.0 and mu_lb.value == 0.0:
+        warnings.append(null_result_warning(label, f"{result.trials} models per arm", eps_lb))
+    skipped = [t.check for t in stored.greybox if t.chance]
+    if skipped:
+        warnings.append(
+            f"{label}: a sequential audit fixes its verdict's shares before the first model "
+            f"trains, so the grey-box p-value tests ({', '.join(skipped)}) were not run; "
+            "run the fixed design (stopping = 'fixed') for them."
+        )
+    checks = tuple(
+        fixed._greybox_check(t, 1.0 - level, in_verdict=False)
+        for t in stored.greybox
+        if not t.chance
+    ) + fixed._claim_check(stored, context.delta)
+    return KindSummary(
+        (test,), tuple(comparisons), (), tuple(warnings), fixed._data_hash(section), checks=checks
+    )
