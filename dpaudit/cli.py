@@ -563,8 +563,8 @@ def validate_command(
 @app.command("account")
 def account(
     noise_multiplier: Annotated[
-        float, typer.Option("--noise-multiplier", help="σ: noise std / clipping norm.")
-    ],
+        float | None, typer.Option("--noise-multiplier", help="σ: noise std / clipping norm.")
+    ] = None,
     sampling_rate: Annotated[
         float | None, typer.Option("--sampling-rate", help="q, Poisson rate per step.")
     ] = None,
@@ -590,15 +590,47 @@ def account(
         ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead.")] = False,
+    equation: Annotated[
+        str | None,
+        typer.Option(
+            "--equation",
+            help="A guarantee given as a privacy–utility equation σ = g(ε, δ): sgd, laplace, "
+            "icea or pkg.module:function (Liu et al. 2022); parameters with --param.",
+        ),
+    ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", help="KEY=VALUE for --equation (repeatable), e.g. sigma=2."),
+    ] = None,
+    amplify_mix: Annotated[
+        float | None,
+        typer.Option(
+            "--amplify-mix",
+            help="With --equation: post-process by a uniform draw w.p. p (needs field_size).",
+        ),
+    ] = None,
+    figure: Annotated[
+        Path | None,
+        typer.Option("--figure", help="With --equation: write its profiles (.svg or .png)."),
+    ] = None,
 ) -> None:
     """Accountant upper bounds for DP-SGD: ε(δ) by PLD and RDP, the μ bracket, and ρ (q = 1).
 
     Full batch (q = 1) is T compositions of the Gaussian mechanism: ρ = T/(2σ²)-zCDP
     (Bun, Steinke 2016, Prop. 1.6 and Lemma 2.3). A subsampled Gaussian has no such ρ.
+    With --equation, a guarantee σ = g(ε, δ) instead: its naive and refined profiles,
+    GDP identification, μ bracket, optional amplification and figure.
     """
 
     from dpaudit import accounting, theory
 
+    if equation is not None:
+        if noise_multiplier is not None or steps is not None or epochs is not None:
+            raise fail("--equation takes its parameters from --param, not the DP-SGD options.")
+        _account_equation(equation, param or [], amplify_mix, figure, as_json=as_json)
+        return
+    if noise_multiplier is None:
+        raise fail("Give --noise-multiplier (DP-SGD) or --equation (a privacy–utility equation).")
     if (sampling_rate is None) == (batch_size is None and dataset_size is None):
         raise fail("Give either --sampling-rate or both --batch-size and --dataset-size.")
     if sampling_rate is None:
@@ -717,6 +749,56 @@ def account(
         console.print(f"μ: {bracket.reason}.", markup=False)
     if identification is not None:
         console.print(identification.summary, markup=False)
+
+
+def _account_equation(
+    name: str, params: list[str], mix: float | None, figure: Path | None, *, as_json: bool
+) -> None:
+    """``dpaudit account --equation``: identify, measure, amplify and draw a guarantee
+    σ = g(ε, δ) (:mod:`dpaudit.equations`)."""
+    from dpaudit import equations
+
+    values: dict[str, float] = {}
+    for item in params:
+        key, sep, raw = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            values[key.strip()] = float(raw)
+        except ValueError:
+            raise fail(f"--param must be KEY=NUMBER. Got {item!r} instead.") from None
+    try:
+        eq = equations.equation_from_name(name, values, base_dir=Path.cwd())
+        ident = equations.identify_equation(eq)
+        amp = equations.amplify_by_mixing(eq, mix=mix) if mix is not None else None
+        if figure is not None:
+            from dpaudit.report.profile_plots import write_profile_figure
+
+            top = 40.0 if not ident.gdp else 4.0 * max(1.0, ident.refined.bracket.low)
+            write_profile_figure(
+                figure, [(eq, top)], amplified={eq.name: amp} if amp is not None else None
+            )
+    except DpauditError as exc:
+        raise fail(str(exc)) from None
+    out: dict[str, Any] = ident.to_dict()
+    if amp is not None:
+        out["amplified"] = amp.to_dict()
+    if figure is not None:
+        out["figure"] = str(figure)
+    if as_json:
+        console.print_json(json.dumps(_json_finite(out), allow_nan=False))
+        return
+    console.print(ident.summary, markup=False)
+    if amp is not None:
+        b = amp.identification.bracket
+        console.print(
+            f"amplified (uniform draw w.p. {amp.mix:g} on q = {amp.field_size}): "
+            f"{amp.epsilon_star:.4g}-DP and μ-GDP for μ ≥ {b.high:.4g} (not for "
+            f"μ < {b.low:.4g}), for every ε",
+            markup=False,
+        )
+    if figure is not None:
+        console.print(f"figure: {figure}", markup=False)
 
 
 def _json_finite(value: Any) -> Any:

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from dpaudit.bayesian import bayesian_estimate
 from dpaudit.bounds import (
     EpsilonBound,
     MuBound,
@@ -155,6 +156,7 @@ def mechanism_summary(
             "claim_rho": section.claim.rho if section.claim is not None else None,
             "identification": _identification(mech),
         },
+        bayesian=_bayesian(eps_lb, mu_lb),
     )
     warnings = list(learned_notes)
     if eps_lb.value == 0.0 and mu_lb.value == 0.0:
@@ -586,6 +588,31 @@ def _audited_inputs(m: MechanismSection) -> object:
     if m.name in CATEGORICAL:
         return list(m.values or (0, 1))
     return ([0.0], [m.sensitivity])
+
+
+def _bayesian(eps_lb: EpsilonBound, mu_lb: MuBound) -> dict[str, Any] | None:
+    """Bayesian ε and μ (Zanella-Béguelin et al. 2023) from the counts each rigorous bound
+    used, next to it: labelled "bayesian (not rigorous)", in the test's details only, so
+    no comparison, budget or gate ever reads them. None when a bound kept no counts."""
+    out: dict[str, Any] = {}
+    for name, bound in (("epsilon", eps_lb), ("mu", mu_lb)):
+        c = bound.counts
+        if (
+            not {"fp", "negatives", "fn", "positives"} <= set(c)
+            or min(c["negatives"], c["positives"]) < 1
+        ):
+            continue
+        est = bayesian_estimate(
+            int(c["fp"]),
+            int(c["negatives"]),
+            int(c["fn"]),
+            int(c["positives"]),
+            quantity="epsilon" if name == "epsilon" else "mu",
+            delta=bound.delta if isinstance(bound, EpsilonBound) else 0.0,
+            credible_level=bound.confidence_level,
+        )
+        out[name] = est.to_dict()
+    return out or None
 
 
 def _identification(mech: Mechanism) -> dict[str, Any] | None:
