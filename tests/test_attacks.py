@@ -40,6 +40,7 @@ SMALL_OPTIONS = {
     "lira": {"num_reference_models": 4},
     "rmia": {"num_reference_models": 4, "population_samples": 50},
     "auto": {"num_reference_models": 4, "population_samples": 50},
+    "whitebox": {"num_shadow_models": 3},
     "attribute": {},
 }
 TRAINING = TrainingSpec(epochs=5, batch_size=32, learning_rate=0.1)
@@ -322,7 +323,10 @@ def test_sensitive_prior_smoothing() -> None:
 def test_registry_errors_list_valid_names() -> None:
     with pytest.raises(
         ConfigError,
-        match=r"one of \{'loss', 'shadow', 'lira', 'rmia', 'auto', 'attribute', 'lira-online'",
+        match=(
+            r"one of \{'loss', 'shadow', 'lira', 'rmia', 'auto', 'whitebox', 'attribute', "
+            r"'lira-online'"
+        ),
     ):
         get_attack("mia")
     with pytest.raises(ConfigError, match=r"Unknown option\(s\) \['k'\] for attack 'lira'"):
@@ -341,7 +345,7 @@ def test_registry_errors_list_valid_names() -> None:
         ConfigError, match=r"Unknown option\(s\) \['variant'\] for attack 'lira-offline'"
     ):
         get_attack("lira-offline", variant="online")
-    assert set(MEMBERSHIP_ATTACKS) == {"loss", "shadow", "lira", "rmia", "auto"}
+    assert set(MEMBERSHIP_ATTACKS) == {"loss", "shadow", "lira", "rmia", "auto", "whitebox"}
     assert set(ATTACK_VARIANTS) == {
         "lira-online",
         "lira-offline",
@@ -545,3 +549,80 @@ def test_rmia_options_enter_the_unit_key_only_when_rmia_runs() -> None:
     assert not any(k.startswith("rmia_") for k in plain)
     with_rmia = OwnSpec(attacks=("loss", "rmia"), rmia_gamma=2.0, **common).key_data()
     assert with_rmia["rmia_gamma"] == 2.0
+
+
+# ------------------------------------------------------------------ the white-box attack
+
+
+def test_whitebox_gradient_norms_match_torch_per_example_gradients() -> None:
+    """Independent reference: each row's gradient by torch.autograd on an nn.Sequential
+    copy of one stacked model, one row at a time."""
+    from dpaudit.attacks.whitebox import gradient_norms
+
+    spec = ModelSpec(kind="mlp", hidden=(5, 4), activation="tanh")
+    stack = ModelStack.init(spec, num_models=2, num_features=3, num_classes=3, seed=7)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(6, 3)).astype(np.float32)
+    y = rng.integers(0, 3, size=6)
+    got = gradient_norms(stack, X, y)
+    for k in range(2):
+        net = torch.nn.Sequential(
+            torch.nn.Linear(3, 5),
+            torch.nn.Tanh(),
+            torch.nn.Linear(5, 4),
+            torch.nn.Tanh(),
+            torch.nn.Linear(4, 3),
+        ).double()
+        linears = [m for m in net if isinstance(m, torch.nn.Linear)]
+        with torch.no_grad():
+            for lin, w, b in zip(linears, stack.weights, stack.biases, strict=True):
+                lin.weight.copy_(w[k])
+                lin.bias.copy_(b[k])
+        for i in range(6):
+            net.zero_grad()
+            out = net(torch.as_tensor(X[i : i + 1], dtype=torch.float64))
+            loss = torch.nn.functional.cross_entropy(out, torch.as_tensor(y[i : i + 1]))
+            loss.backward()
+            assert got["loss"][k, i] == pytest.approx(loss.item(), rel=1e-5)
+            for layer, lin in enumerate(linears):
+                assert got["weight"][layer, k, i] == pytest.approx(
+                    lin.weight.grad.norm().item(), rel=1e-4
+                )
+                assert got["bias"][layer, k, i] == pytest.approx(
+                    lin.bias.grad.norm().item(), rel=1e-4
+                )
+            total = torch.cat([p.grad.reshape(-1) for p in net.parameters()]).norm().item()
+            assert got["total"][k, i] == pytest.approx(total, rel=1e-4)
+
+
+def test_whitebox_refuses_a_target_without_parameters(target: AuditedTarget) -> None:
+    class Opaque:
+        num_models, num_features = 1, target.dataset.X.shape[1]
+
+    context = dataclasses.replace(target.context(), target=Opaque())
+    with pytest.raises(DataError, match="The whitebox attack reads the target's parameters"):
+        get_attack("whitebox", num_shadow_models=1).score(
+            context, target.audited_X, target.audited_y, seed=0
+        )
+
+
+def test_whitebox_separates_members_of_an_overfit_target() -> None:
+    """Power control: a plain MLP trained long on few rows leaks; the attack's AUC on its
+    160 audited rows must exceed 0.5 by more than the AUC's sampling error (its standard
+    deviation under the null is sqrt((n0 + n1 + 1)/(12 n0 n1)) ≈ 0.046 here: 4 sigma)."""
+    ds = load_dataset("sklearn:digits")
+    overfit = prepare_target(
+        ds,
+        model=ModelSpec(kind="mlp", hidden=(64,)),
+        training=TrainingSpec(epochs=60, batch_size=16, learning_rate=0.1),
+        audited_size=160,
+        population_size=640,
+        seed=2,
+    )
+    scores = get_attack("whitebox", num_shadow_models=2).score(
+        overfit.context(), overfit.audited_X, overfit.audited_y, seed=0
+    )[0]
+    members = overfit.membership
+    n1, n0 = int(members.sum()), int((~members).sum())
+    auc = stats.mannwhitneyu(scores[members], scores[~members]).statistic / (n0 * n1)
+    assert auc > 0.5 + 4 * np.sqrt((n0 + n1 + 1) / (12 * n0 * n1))

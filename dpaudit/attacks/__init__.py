@@ -1,4 +1,5 @@
-"""Attacks: membership inference (loss, shadow, LiRA, RMIA) and attribute inference (Yeom).
+"""Attacks: membership inference (loss, shadow, LiRA, RMIA, white-box gradient norms) and
+attribute inference (Yeom).
 
 Every attack returns scores, never a verdict (larger means "member" for membership
 attacks; per candidate value for attribute inference). A registry maps the names used in
@@ -38,6 +39,7 @@ from dpaudit.attacks.reference import (
 )
 from dpaudit.attacks.rmia import RMIA_VARIANTS, RmiaAttack, rmia_scores
 from dpaudit.attacks.shadow import ShadowAttack
+from dpaudit.attacks.whitebox import WhiteboxAttack
 from dpaudit.errors import ConfigError
 
 __all__ = [
@@ -55,6 +57,7 @@ __all__ = [
     "ReferenceLogits",
     "RmiaAttack",
     "ShadowAttack",
+    "WhiteboxAttack",
     "balanced_halves",
     "get_attack",
     "lira_scores",
@@ -71,6 +74,7 @@ MEMBERSHIP_ATTACKS: dict[str, type[MembershipAttack]] = {
     LiraAttack.name: LiraAttack,
     RmiaAttack.name: RmiaAttack,
     AutoAttack.name: AutoAttack,
+    WhiteboxAttack.name: WhiteboxAttack,
 }
 
 ATTACKS: dict[str, type[Any]] = {**MEMBERSHIP_ATTACKS, AttributeAttack.name: AttributeAttack}

@@ -167,6 +167,10 @@ class MembershipKind(AuditKind[MembershipSection]):
             raise ValueError("audit kind 'membership' needs a [data] table")
         if not shared.target.brought:
             check_variants(shared.target, shared.training)
+        if section.sweep is not None:
+            from dpaudit.membership.sweep import check_sweep
+
+            check_sweep(section, shared)
 
     def check_runnable(self, section: MembershipSection, context: RunContext) -> None:
         """Load the data (and a brought model) once, before any unit trains or attacks,
@@ -198,6 +202,10 @@ class MembershipKind(AuditKind[MembershipSection]):
         from dpaudit.membership.trained import own_unit
 
         own = own_spec(section, context)
+        if section.sweep is not None:
+            from dpaudit.membership.sweep import sweep_plan
+
+            return sweep_plan(own, section, context)
         names = variants(sh.target, sh.training)
         return UnitPlan(
             fn=own_unit,

@@ -23,6 +23,9 @@ Attack names (``[membership] attacks``):
   others its references (:mod:`dpaudit.attacks.auto`); the choice depends on the
   reference models only, so it is no multiple comparison on the target. Needs
   ``reference_models >= 4``.
+- ``"whitebox"``: per-example gradient norms of the target, layer by layer, scored by an
+  attack model fitted on ``shadow_models`` shadow models (Nasr, Shokri, Houmansadr 2019;
+  :mod:`dpaudit.attacks.whitebox`); reads the parameters of a target dpaudit trains.
 
 ``headline`` names the attack whose one-run bound enters the verdict (and so the report's
 headline and the gate's bound checks); the other attacks' tests (metrics, curves, their
@@ -42,6 +45,7 @@ from dpaudit.errors import ConfigError
 from dpaudit.kinds.base import dataset_digest
 from dpaudit.sections import (
     DataSection,
+    Epsilon,
     InputPerturbationSection,
     ModelSection,
     Table,
@@ -59,11 +63,14 @@ __all__ = [
     "POPULATION_NEEDED",
     "REFERENCE_ATTACKS",
     "RMIA_ATTACKS",
+    "SWEEP_PARAMETERS",
     "TRAINS_REFERENCES",
     "Attack",
     "AttributeSection",
+    "LocalRandomisers",
     "MembershipSection",
     "OwnSpec",
+    "SweepSection",
     "TargetSpec",
     "check_variants",
     "population_share",
@@ -86,15 +93,16 @@ Attack = Literal[
     "rmia",
     "rmia-offline",
     "auto",
+    "whitebox",
 ]
 #: Attacks that read one shared reference set (LiRA's variants and RMIA): all but two.
 REFERENCE_ATTACKS: tuple[Attack, ...] = tuple(
-    a for a in get_args(Attack) if a not in ("loss", "shadow")
+    a for a in get_args(Attack) if a not in ("loss", "shadow", "whitebox")
 )
 #: Attacks that read RMIA's options ("auto" has RMIA among its candidates).
 RMIA_ATTACKS: tuple[Attack, ...] = ("rmia", "rmia-offline", "auto")
 #: Attacks that train shadow or reference models.
-TRAINS_REFERENCES: tuple[Attack, ...] = ("shadow", *REFERENCE_ATTACKS)
+TRAINS_REFERENCES: tuple[Attack, ...] = ("shadow", "whitebox", *REFERENCE_ATTACKS)
 DEFAULT_ATTACKS: tuple[Attack, ...] = ("loss", "shadow", "auto")
 #: OwnSpec fields that change only RMIA's scores (left out of the unit key without RMIA).
 _RMIA_OPTIONS = ("rmia_offline_a", "rmia_gamma", "rmia_population_samples")
@@ -105,6 +113,7 @@ INPUT_PERTURBATION = "input-perturbation"
 #: row with population samples z; "auto" has RMIA among its candidates.
 POPULATION_NEEDED: dict[str, tuple[int, str]] = {
     "shadow": (2, "it trains its shadow models on them"),
+    "whitebox": (2, "it trains its shadow models on them"),
     "rmia": (1, "its reference samples z"),
     "rmia-offline": (1, "its reference samples z"),
     "auto": (1, "RMIA, one of its candidates, compares rows with them"),
@@ -114,8 +123,99 @@ POPULATION_NEEDED: dict[str, tuple[int, str]] = {
 DEFAULT_POPULATION_SHARE = 0.5
 
 
+#: What ``[membership.sweep]`` may sweep: DP-SGD's σ directly, or σ calibrated to each ε.
+SWEEP_PARAMETERS = ("noise_multiplier", "target_epsilon")
+
+
+class LocalRandomisers(Table):
+    """``[membership.sweep.input_perturbation]``: the local randomisers of a sweep's local
+    points, every field of ``[target.input_perturbation]`` but ``epsilon`` (each point's).
+    The default randomises every feature (each pixel of an image) by Laplace noise after
+    clipping it to [−1, 1] (standardised units) and the label by k-ary randomised
+    response: a record is protected, and its ε claimed, only when both are randomised."""
+
+    features: Literal["laplace", "gaussian", "none"] = "laplace"
+    labels: Literal["k-rr", "none"] = "k-rr"
+    label_share: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+    bound: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] = 1.0
+    delta: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None
+
+    def at(self, epsilon: float) -> InputPerturbationSection:
+        """The ``[target.input_perturbation]`` table of a single audit at ``epsilon``."""
+        given = self.model_dump(exclude_unset=True)
+        return InputPerturbationSection.model_validate(
+            {"features": self.features, "labels": self.labels, "bound": self.bound}
+            | given
+            | {"epsilon": epsilon}
+        )
+
+
+class SweepSection(Table):
+    """``[membership.sweep]``: one full membership audit per setting (a privacy–utility sweep).
+
+    Give exactly one of ``noise_multiplier`` (DP-SGD's σ at each point) or
+    ``target_epsilon`` (σ calibrated to each ε at ``[training.dp] target_delta``); every
+    other field of ``[training.dp]`` (its clipping norm, δ) is shared by the points.
+    ``local = true`` adds an ``input-perturbation`` point at each ``target_epsilon`` (the
+    ε of one record's local randomisers, :class:`LocalRandomisers`), so local and
+    central DP are compared at the same ε (Bernau et al., arXiv 1912.11328v4, Sect. 5).
+    See :mod:`dpaudit.membership.sweep`.
+    """
+
+    noise_multiplier: (
+        Annotated[
+            list[Annotated[float, Field(gt=0.0, allow_inf_nan=False)]],
+            Field(min_length=1),
+        ]
+        | None
+    ) = None
+    target_epsilon: (
+        Annotated[
+            list[Epsilon],
+            Field(min_length=1),
+        ]
+        | None
+    ) = None
+    local: bool = False
+    input_perturbation: LocalRandomisers = Field(default_factory=LocalRandomisers)
+
+    @model_validator(mode="after")
+    def _one_parameter(self) -> SweepSection:
+        given = [k for k in SWEEP_PARAMETERS if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of 'noise_multiplier' or 'target_epsilon' (got "
+                f"{', '.join(given) or 'none'})"
+            )
+        values = self.values
+        if len(set(values)) != len(values):
+            raise ValueError(f"{self.parameter} lists a value twice: {values}")
+        if self.local and self.target_epsilon is None:
+            raise ValueError(
+                "local = true compares local and central DP at the same ε: sweep "
+                "'target_epsilon' (a noise multiplier has no local counterpart)"
+            )
+        if self.local:
+            for value in values:
+                self.input_perturbation.at(value)  # refuses randomisers that cannot run
+        elif "input_perturbation" in self.model_fields_set:
+            raise ValueError("input_perturbation is read only with local = true")
+        return self
+
+    @property
+    def parameter(self) -> str:
+        """The swept field of ``[training.dp]``."""
+        return "noise_multiplier" if self.noise_multiplier is not None else "target_epsilon"
+
+    @property
+    def values(self) -> list[float]:
+        """The swept values, in the order the file lists them."""
+        return list(self.noise_multiplier or self.target_epsilon or [])
+
+
 class MembershipSection(Table):
-    """``[membership]``: the attacks and their reference models."""
+    """``[membership]``: the attacks and their reference models (and ``[membership.sweep]``,
+    a sweep over the DP noise: :class:`SweepSection`)."""
 
     attacks: Annotated[list[Attack], Field(min_length=1)] = Field(
         default_factory=lambda: list(DEFAULT_ATTACKS)
@@ -126,6 +226,7 @@ class MembershipSection(Table):
     rmia_offline_a: Annotated[float, Field(ge=0.0, le=1.0)] = 0.3
     rmia_gamma: Annotated[float, Field(gt=0.0)] = 1.0
     rmia_population_samples: Annotated[int, Field(ge=1)] = 1000
+    sweep: SweepSection | None = None
 
     @model_validator(mode="after")
     def _headline_is_listed(self) -> MembershipSection:

@@ -371,7 +371,9 @@ def _own_summary(
             in_verdict=e.in_verdict,
             mu_upper=None if mu_upper is None else mu_upper.mu,
             details={"target": {"variant": variant, "accuracy": info["accuracy"]}}
-            | (stored_details(part, delta) if last else {}),
+            | (stored_details(part, delta) if last else {})
+            # a sweep's point ([membership.sweep]), for the report's sweep figure
+            | ({"sweep": info["sweep"]} if "sweep" in info else {}),
             notes=[],
         )
         if e.unit in weak:

@@ -19,6 +19,7 @@ from markupsafe import Markup
 from dpaudit.report import plots
 from dpaudit.report.local_central_plots import local_central_section
 from dpaudit.report.reconstruction_plots import reconstruction_section
+from dpaudit.report.sweep_plots import sweep_section
 from dpaudit.safe_text import for_html
 
 __all__ = ["render_report"]
@@ -547,6 +548,7 @@ def render_report(results: dict[str, Any]) -> str:
             # A kind's own section: present only when its tests carry its details.
             rec=reconstruction_section(results),
             lc=local_central_section(results),
+            sweep=sweep_section(results),
         )
     )
     # No URL at all in the file, even from user text (a comment in the audit file, a
