@@ -18,6 +18,8 @@ Built-ins (:data:`TRAINERS`):
 * ``multiparty``: m parties' λ-regularised models averaged, then noise of scale
   2G/(m·n₍₁₎·λ·ε) (Jayaraman et al. 2018, model aggregation); claims ε-DP.
 * ``plain``: the engine without clipping or noise; claims nothing.
+* ``gradient-laplace``: full-batch GD with Laplace noise of scale Δ1·T/ε on the
+  clipped-gradient sum, Δ1 = m·√d·C; claims ε-DP by basic composition.
 
 User trainers are given as ``"pkg.module:function"`` and follow this protocol::
 
@@ -446,7 +448,7 @@ class _GreyBoxObserver:
         most models (preferring one the gradient canary does not use)."""
         k = membership.shape[0]
         used = None
-        if canary.direction is not None and canary.threat_model == "white-box":
+        if canary.direction is not None:  # white-box Dirac or black-box gradient canary
             nonzero = np.flatnonzero(canary.direction)
             if nonzero.size == 1 and int(nonzero[0]) < X.shape[1]:
                 used = int(nonzero[0])  # first layer, unit 0, feature `used`
@@ -543,6 +545,10 @@ def _engine_train(
             direction=canary.direction,
             model_offset=settings.model_offset,
         )
+        gradient_canary = GradientCanary(canary.direction, canary.included)
+    elif canary.direction is not None:
+        # The black-box gradient canary: added to every step like the Dirac canary, but
+        # only the final model is scored (dpaudit.dpsgd.canaries.gradient_canary_scores).
         gradient_canary = GradientCanary(canary.direction, canary.included)
     result = train_many(
         X,
@@ -832,7 +838,16 @@ def multiparty_gradient_trainer(
     (:func:`dpaudit.theory.multiparty_gradient_perturbation_variance`; G = 1: ‖x‖ ≤ 1
     makes the logistic loss 1-Lipschitz; n₍₁₎ the smallest party; T = ``epochs``);
     then w ← w − η·(ḡ_t + noise + λw). Options: ``parties``, ``epsilon``, ``delta``,
-    ``lam``.
+    ``lam``, and ``checkpoint`` = t (1 ≤ t ≤ T, optional): release the intermediate model
+    θ_t instead of θ_T, with σ still calibrated for T steps.
+
+    Intermediate models (``checkpoint`` = t): θ_t has seen t of the T Gaussian steps, so
+    it is exactly (√t·Δ/σ)-GDP (the records say steps = t), and the multi-party slides'
+    corollary states (√(t/T)·ε, δ)-DP for it; the trainer returns that corollary as its
+    claim beside the records, so the audit holds the lower bounds against both and
+    checks the corollary against what ran (its deterministic claim check). With the
+    paper's σ, μ_t = √(t/T)·ε/√(2 ln(1/δ)), and the corollary holds wherever the final
+    model's (ε, δ) does (see :func:`intermediate_claim`).
 
     What ran, as a :class:`DPSGDRecord` per model: one record of a party's data moves ḡ_t
     by at most Δ = 2G/(m·n₍₁₎) in ℓ2 (replacing it: 2G/n_j inside its party's mean, 1/m
@@ -899,7 +914,8 @@ def multiparty_gradient_trainer(
     if np.any(sizes == 0):
         raise ConfigError(f"A party of the {name!r} trainer has no rows: use fewer parties.")
     n1 = sizes.min(axis=1)  # (K,)
-    steps = int(settings.training.epochs)
+    total_steps = int(settings.training.epochs)
+    steps = _checkpoint(settings, name, total_steps)
     eta = float(settings.training.learning_rate)
     lipschitz = 1.0
     sigma = np.array(
@@ -909,7 +925,7 @@ def multiparty_gradient_trainer(
                     lipschitz=lipschitz,
                     parties=parties,
                     smallest_party_size=int(s),
-                    steps=steps,
+                    steps=total_steps,
                     epsilon=epsilon,
                     delta=delta,
                 )
@@ -954,7 +970,154 @@ def multiparty_gradient_trainer(
         )
         for s, c, m in zip(sigma, sensitivity, membership.sum(axis=1), strict=True)
     )
-    return TrainerOutput(scores=scores, models=_linear_stack(w, d), records=records)
+    claim = None
+    if "checkpoint" in settings.options:
+        claim = intermediate_claim(
+            epsilon=epsilon, delta=delta, checkpoint=steps, total_steps=total_steps
+        )
+    return TrainerOutput(scores=scores, models=_linear_stack(w, d), records=records, claim=claim)
+
+
+def _checkpoint(settings: TrainerSettings, name: str, total_steps: int) -> int:
+    """The step t whose model θ_t is released (T = ``epochs`` when no checkpoint is set)."""
+    raw = settings.options.get("checkpoint")
+    if raw is None:
+        return total_steps
+    t = _number_option(raw, "checkpoint", name)
+    if t != int(t) or not 1 <= t <= total_steps:
+        raise ConfigError(
+            f"The {name!r} trainer's 'checkpoint' must be a whole step t with 1 <= t <= "
+            f"T = epochs = {total_steps}. Got {raw!r}."
+        )
+    return int(t)
+
+
+def _number_option(raw: Any, key: str, name: str) -> float:
+    """An option that must be a number, or a ConfigError naming it."""
+    try:
+        return float(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"The {name!r} trainer's {key!r} option must be a number. Got {raw!r}."
+        ) from None
+
+
+def intermediate_claim(*, epsilon: float, delta: float, checkpoint: int, total_steps: int) -> Claim:
+    """The multi-party slides' corollary: θ_t of T-step gradient perturbation calibrated
+    to (ε, δ) is (√(t/T)·ε, δ)-DP.
+
+    Why it holds for the Gaussian steps: T steps at noise σ are μ_T-GDP with μ_T = √T·Δ/σ
+    and t of them μ_t = √(t/T)·μ_T (Dong, Roth, Su 2019, Cor. 3.3). For a fixed ratio
+    a = ε/μ ≥ 0, δ_μ(aμ) = Φ(−a + μ/2) − e^{aμ}Φ(−a − μ/2) has derivative
+    e^{aμ}·[φ(a + μ/2) − a·Φ(−a − μ/2)] > 0 in μ (Mills: Φ(−x) < φ(x)/x, x = a + μ/2 ≥ a),
+    so ε(μ, δ)/μ is nondecreasing and ε(√(t/T)·μ_T, δ) ≤ √(t/T)·ε(μ_T, δ) ≤ √(t/T)·ε
+    whenever the final model meets its (ε, δ). The audit checks it against the records.
+
+    References:
+        Jayaraman, Wang, Evans, Gu 2018 (NeurIPS), gradient perturbation: the privacy of
+        intermediate models, as stated in the multi-party lecture slides.
+    """
+    if not 1 <= checkpoint <= total_steps:
+        raise ConfigError(
+            f"The checkpoint t must satisfy 1 <= t <= T = {total_steps}. Got {checkpoint}."
+        )
+    return Claim(epsilon=math.sqrt(checkpoint / total_steps) * epsilon, delta=delta)
+
+
+# ----------------------------------------------------- gradient descent, Laplace noise
+
+
+def gradient_laplace_trainer(
+    X: np.ndarray,
+    y: np.ndarray,
+    membership: np.ndarray,
+    *,
+    seed: int,
+    canary: CanarySetup,
+    settings: TrainerSettings,
+    noise_factor: float = 1.0,
+) -> TrainerOutput:
+    """Full-batch gradient descent with Laplace noise on the clipped-gradient sum.
+
+    Binary logistic regression; every step adds i.i.d. Laplace noise of scale
+    b = Δ1·T/ε per coordinate to the sum of per-example gradients clipped to ℓ2 norm C,
+    with the ℓ1 sensitivity bound Δ1 = m·√d·C
+    (:func:`dpaudit.training.gradient_laplace.gradient_l1_sensitivity`); T = ``epochs``
+    steps are ε-DP by basic composition (δ = 0), the claim returned (computed from the
+    scale that was calibrated, see :mod:`dpaudit.training.gradient_laplace`). Options:
+    ``epsilon``, ``clip`` (C, default 1), ``examples`` (m, default 1: add/remove one).
+
+    White-box (Dirac canary on an all-zero feature c): with the canary the sum holds the
+    extra gradient C·e_c (already clipped), without it nothing (add/remove), so the
+    coordinate c of the noisy sum is x_t = C·[in] + Lap(b) at every step, and the score
+    is Σ_t (|x_t| − |x_t − C|)/b, the exact log-likelihood ratio (``"sum"``: Σ_t x_t).
+    A Dirac canary moves the sum by C in ℓ1, a factor m·√d below Δ1: Δ1 is reached by a
+    gradient whose d coordinates all have magnitude C/√d. Black-box: the final models.
+
+    Args:
+        noise_factor: multiplies the noise that runs, NOT the claim (a planted bug for
+            tests; 1 in the registered trainer).
+    """
+    from dpaudit.training.gradient_laplace import (
+        laplace_log_likelihood_ratio,
+        train_gradient_laplace,
+    )
+
+    name = "gradient-laplace"
+    (epsilon,) = _options(settings, name, "epsilon")
+    clip = _number_option(settings.options.get("clip", 1.0), "clip", name)
+    examples_f = _number_option(settings.options.get("examples", 1), "examples", name)
+    if examples_f < 1 or examples_f != int(examples_f):
+        raise ConfigError(f"The 'examples' parameter must be an integer >= 1. Got {examples_f}.")
+    signs = _binary_labels(y, settings, name)
+    x = np.asarray(X, dtype=np.float64)
+    d = x.shape[1]
+    column, gradient = None, None
+    if canary.threat_model == "white-box":
+        if canary.direction is None:
+            raise ConfigError("A white-box canary audit needs a gradient canary ('dirac').")
+        column = int(np.flatnonzero(canary.direction)[0]) % d
+        if np.any(x[:, column] != 0.0):
+            raise ConfigError(
+                f"The {name!r} trainer's Dirac canary needs an all-zero feature: set "
+                "zero_features >= 1 in [dpsgd]."
+            )
+        gradient = np.zeros(d)
+        gradient[column] = clip
+    k_models = membership.shape[0]
+    try:
+        run = train_gradient_laplace(
+            x,
+            signs,
+            membership,
+            epsilon=epsilon,
+            clipping_norm=clip,
+            steps=int(settings.training.epochs),
+            learning_rate=float(settings.training.learning_rate),
+            examples=int(examples_f),
+            canary_gradient=gradient,
+            canary_included=canary.included,
+            column=column,
+            rngs=[
+                np.random.default_rng([seed, settings.model_offset + k, 17])
+                for k in range(k_models)
+            ],
+            noise_factor=noise_factor,
+        )
+    except DpauditError as exc:
+        raise ConfigError(str(exc)) from None
+    scores = None
+    if column is not None:
+        if canary.score == "sum":
+            scores = run.observed.sum(axis=1)
+        else:
+            b = run.scale / noise_factor  # the scale the claim was calibrated for
+            scores = laplace_log_likelihood_ratio(run.observed, shift=clip, scale=b).sum(axis=1)
+    return TrainerOutput(
+        scores=scores,
+        models=_linear_stack(run.weights, d),
+        claim=Claim(epsilon=run.epsilon, delta=0.0),
+    )
 
 
 # --------------------------------------------------------------------------- registry
@@ -966,6 +1129,7 @@ TRAINERS: dict[str, Trainer] = {
     "multiparty": multiparty_trainer,
     "multiparty-gradient": multiparty_gradient_trainer,
     "plain": plain_trainer,
+    "gradient-laplace": gradient_laplace_trainer,
 }
 
 

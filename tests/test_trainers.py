@@ -66,7 +66,7 @@ class TestTrainerContract:
 def test_unknown_trainer_lists_the_valid_ones() -> None:
     names = (
         r"\{'dpsgd', 'dpgd', 'output-perturbation', 'multiparty', 'multiparty-gradient', "
-        r"'plain'\}"
+        r"'plain', 'gradient-laplace'\}"
     )
     with pytest.raises(ConfigError, match=rf"'trainer' parameter must be one of {names}"):
         get_trainer("sgd")
