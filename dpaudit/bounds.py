@@ -286,7 +286,6 @@ def trials_needed(
 # ------------------------------------------------------------------- fixed threshold
 
 
-
 def require_design(
     trials_per_arm: int,
     *,

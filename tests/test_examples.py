@@ -27,6 +27,7 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 EXPECTED_EXIT = {
     "laplace-violation": 1,
     "laplace-sequential-violation": 1,
+    "dpsgd-sequential-violation": 1,
     "laplace-vector-violation": 1,
     "learned-rr-violation": 1,
     "learned-histogram-violation": 1,
@@ -36,7 +37,7 @@ EXPECTED_EXIT = {
     "floating-numpy-violation": 1,
 }
 # Audits that take minutes, run by hand (`dpaudit run audits/<name>.toml`), never here.
-SLOW = {"reconstruction-sweep"}
+SLOW = {"reconstruction-sweep", "membership-sweep"}
 # Audits of real DP libraries (optional extras), skipped when the library is missing.
 # OpenDP draws from the operating system's randomness (it cannot be seeded): its audits
 # are held to their exit code, not to golden values (tests/test_library_audits.py).

@@ -209,8 +209,9 @@ class _Collect(HTMLParser):
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
-        if tag == "table" and a.get("class", "").startswith("reconstruction"):
-            self._table = a["class"]
+        named = [c for c in a.get("class", "").split() if c.startswith("reconstruction")]
+        if tag == "table" and named:
+            self._table = named[0]
             self.tables[self._table] = []
         elif tag == "tr" and self._table:
             self._row = []
@@ -243,7 +244,7 @@ def test_report_shows_the_table_the_plot_and_the_images(tensor_run) -> None:
     assert "honest-but-curious server" in html
     table = page.tables["reconstruction-defences"]
     header, rows = table[0], table[1:]
-    assert header[-2:] == ["lecture's complexity", "at this run"]
+    assert header[-2:] == ["predicted error rate", "rate here"]
     assert [r[0] for r in rows] == ["none", "dpsgd(σ=0.5, C=1)", "pruning(keep=0.5)"]
     assert rows[0][6].startswith("B√(d/m)")
     assert rows[0][7] == "0.125"
@@ -256,11 +257,12 @@ def test_report_shows_the_table_the_plot_and_the_images(tensor_run) -> None:
     slopes = page.tables["reconstruction-slopes"]
     assert [r[0] for r in slopes[1:]] == ["log B", "log m"]
     assert slopes[2][3] == "−0.5"
-    # The images: 3 defences × 2 examples, each an original and a reconstruction.
+    # The images, in the report's lead: 3 defences × 2 examples, each an original and a
+    # reconstruction.
     digits = [s for s in page.svgs if s.get("class") == "digit"]
     assert len(digits) == 2 * 3 * 2
     assert all(s["viewbox"] == "0 0 8 8" for s in digits)
-    images = page.tables["reconstruction-images"]
+    images = page.tables["reconstruction-lead"]
     assert [r[0].removesuffix("directions, drawn at their own scale") for r in images[1:]] == [
         r[0] for r in rows
     ]

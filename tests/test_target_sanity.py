@@ -15,6 +15,7 @@ accuracy computed here from the in-memory model, and the gate passes (exit 0).
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from dpaudit.membership.sanity import accuracy_line, accuracy_problem
 from dpaudit.membership.stored import store_record
 from dpaudit.membership.verdict import membership_summary
 from dpaudit.records import DPSGDRecord
+from dpaudit.report import fmt_number
 from dpaudit.results import WITHHELD
 from dpaudit.schemas import validate_results
 from dpaudit.sections import ACCURACY_SHORTFALL, GateSection
@@ -411,8 +413,8 @@ def test_own_targets_are_named_and_withheld_from_metric_policies(tmp_path, plain
 
 
 def test_the_report_shows_each_targets_accuracy(tmp_path: Path) -> None:
-    # The quickstart trains a plain and a DP target; the report states both accuracies,
-    # with the majority-class rate they must beat, in each membership test's section.
+    # The quickstart trains a plain and a DP target; the report's utility table states
+    # both accuracies, with the majority-class rate they must beat, one row per target.
     audits = Path(__file__).resolve().parent.parent / "audits"
     run_dir = tmp_path / "run"
     result = CliRunner().invoke(
@@ -421,7 +423,11 @@ def test_the_report_shows_each_targets_accuracy(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     data = json.loads((run_dir / "results.json").read_text())
     html = (run_dir / "report.html").read_text()
+    flat = re.sub(r"\s+", " ", html)
     for test in data["tests"]:
-        a = test["target"]["accuracy"]
-        line = f"Target accuracy: members {a['members']:.3f}, non-members {a['non_members']:.3f}"
-        assert line in html, line
+        a, variant = test["target"]["accuracy"], test["target"]["variant"]
+        cells = [a["members"], a["non_members"], a["held_out"], a["majority_class"]]
+        shown = [f'<td class="num">{fmt_number(x, 3)}</td>' for x in cells]
+        shown[0] = f'<td class="num"><strong>{fmt_number(cells[0], 3)}</strong></td>'
+        row = f'<td class="nowrap">The {variant} target</td> ' + " ".join(shown)
+        assert row in flat, row
