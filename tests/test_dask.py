@@ -68,8 +68,8 @@ def cluster():
 
 def _audit(tmp_path: Path, name: str, *, execution: str, slow: bool = False) -> Path:
     if slow:
-        (tmp_path / "slow_plugin.py").write_text(SLOW_PLUGIN)
-        mechanism, params, trials = "slow_plugin:slow_laplace", "", 16000
+        (tmp_path / "slow_plugin_dask.py").write_text(SLOW_PLUGIN)
+        mechanism, params, trials = "slow_plugin_dask:slow_laplace", "", 16000
     else:
         mechanism, params, trials = "laplace", "epsilon = 1.0", 12000
     f = tmp_path / f"{name}.toml"

@@ -317,14 +317,15 @@ learning_rate = 0.5
     data = json.loads((run / "results.json").read_text())
     assert data["verdict"] == "fail"
     budget = data["provenance"]["verdict_budget"]
-    assert (budget["confidence_level"], budget["comparisons"]) == (0.95, 2)
-    assert budget["level_each"] == pytest.approx(0.975)
+    # ε, μ and the claim curve, each at a third of 1 − c
+    assert (budget["confidence_level"], budget["comparisons"]) == (0.95, 3)
+    assert budget["level_each"] == pytest.approx(1 - 0.05 / 3)
     mu = next(b for b in data["bounds"] if b["parameter"] == "mu" and b["in_verdict"])
     # the records' μ is the paper's, ε/√(2 ln(1/δ)); the bound proves more ran
     assert mu["upper"] == pytest.approx(5.0 / math.sqrt(2 * math.log(1e5)), rel=1e-9)
     assert mu["violation"]
     assert mu["lower"]["value"] > mu["upper"]
-    assert mu["lower"]["confidence_level"] == pytest.approx(0.975)
+    assert mu["lower"]["confidence_level"] == pytest.approx(1 - 0.05 / 3)
 
 
 @pytest.mark.parametrize(

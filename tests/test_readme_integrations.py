@@ -61,6 +61,10 @@ def test_the_mlflow_example_logs_and_validates(
     mlflow = pytest.importorskip("mlflow")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
+    # an experiment another test made active lives in another store: start from none, as
+    # a fresh Python session running the example would
+    monkeypatch.setattr(mlflow.tracking.fluent, "_active_experiment_id", None)
     previous = mlflow.get_tracking_uri()
     namespace: dict = {}
     try:
