@@ -21,11 +21,7 @@ sequence: a round's trials depend only on the seed and its index, never on the c
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from dpaudit.bounds import EpsilonBound, MuBound
 from dpaudit.errors import ConfigError, DpauditError
@@ -41,15 +37,12 @@ from dpaudit.mechanisms.units import MechanismSpec, build_mechanism, in_verdict,
 from dpaudit.mechanisms.units import upper_bound as mechanism_upper_bound
 from dpaudit.plugins import plugin_digest
 from dpaudit.sequential import (
-    RoundPoint,
+    RoundsOutcome,
     SequentialRule,
-    SequentialTest,
     default_tuned_trials,
+    outcome_bound,
+    run_rounds,
 )
-from dpaudit.stats import ConfidenceInterval
-
-#: The method label of a sequential bound.
-METHOD = "beta-binomial-mixture-cs"
 
 
 def settings(context: RunContext) -> SequentialSettings:
@@ -122,32 +115,6 @@ def plan_rounds(section: MechanismSection, context: RunContext) -> UnitPlan:
     )
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """The sequential test of a mechanism after its stored rounds.
-
-    Attributes:
-        decision: one of :data:`dpaudit.sequential.STOP_REASONS`.
-        rounds: rounds used (round 0 included).
-        trials: trials per arm used.
-        thresholds: per parameter, the threshold chosen on round 0.
-        paths: per parameter, one point per counted round used.
-        levels: per parameter, the level its bound holds at.
-        uppers: per parameter, its upper bound (None: none).
-        targets: per parameter, the value that certifies it (None: no target).
-    """
-
-    decision: str
-    rounds: int
-    trials: int
-    thresholds: Mapping[str, float]
-    paths: Mapping[str, list[RoundPoint]]
-    levels: Mapping[str, float]
-    uppers: Mapping[str, float | None]
-    targets: Mapping[str, float | None]
-    entered: Mapping[str, bool]
-
-
 def _rules(
     section: MechanismSection, context: RunContext, *, level: float
 ) -> tuple[dict[str, SequentialRule], dict[str, bool]]:
@@ -190,53 +157,17 @@ def _rounds(outputs: Outputs) -> list[str]:
 
 def outcome(
     section: MechanismSection, context: RunContext, outputs: Outputs, *, level: float
-) -> Outcome:
-    """Feed the stored rounds in order to both tests; stop at the first round where either
-    decides (a violation before a target, as the gate would read them).
+) -> RoundsOutcome:
+    """Feed the stored rounds in order to both tests (:func:`dpaudit.sequential.run_rounds`);
+    stop at the first round where either decides (a violation before a target, as the gate
+    would read them).
 
     Raises:
         DpauditError: the rounds are not 0, 1, 2, ... (a stored round is missing).
     """
     rules, entered = _rules(section, context, level=level)
-    names = _rounds(outputs)
-    last = rounds_cap(section, context) - 1
-    first = outputs[names[0]]
-    tests = {p: SequentialTest(first["negative"], first["positive"], r) for p, r in rules.items()}
-    paths: dict[str, list[RoundPoint]] = {p: [] for p in rules}
-    decision, used = "continue", 1
-    for r, unit in enumerate(names[1:], start=1):
-        part = outputs[unit]
-        for p, test in tests.items():
-            paths[p].append(test.add(part["negative"], part["positive"], last=r >= last))
-        used = r + 1
-        decision = _combined(paths, entered)
-        if decision != "continue":
-            break
-    trials = max(len(np.asarray(outputs[u]["negative"])) for u in names[:1]) * used
-    return Outcome(
-        decision=decision,
-        rounds=used,
-        trials=trials,
-        thresholds={p: t.threshold for p, t in tests.items()},
-        paths=paths,
-        levels={p: r.level for p, r in rules.items()},
-        uppers={p: r.upper for p, r in rules.items()},
-        targets={p: r.target for p, r in rules.items()},
-        entered=entered,
-    )
-
-
-def _combined(paths: Mapping[str, list[RoundPoint]], entered: Mapping[str, bool]) -> str:
-    """The audit's decision after a round: a violation of an in-verdict comparison first,
-    then a certified target, then the cap."""
-    last = {p: points[-1].decision for p, points in paths.items()}
-    if any(d == "violation" and entered[p] for p, d in last.items()):
-        return "violation"
-    if any(d == "target" for d in last.values()):
-        return "target"
-    if any(d == "cap" for d in last.values()):
-        return "cap"
-    return "continue"
+    rounds = [(outputs[u]["negative"], outputs[u]["positive"]) for u in _rounds(outputs)]
+    return run_rounds(rounds, rules, entered=entered, last_round=rounds_cap(section, context) - 1)
 
 
 def stop_reason(
@@ -248,43 +179,8 @@ def stop_reason(
     return outcome(section, context, outputs, level=level).decision
 
 
-def sequential_bounds(result: Outcome, parameter: str, *, delta: float) -> EpsilonBound | MuBound:
-    """The bound a sequential test stopped with, and how it got there."""
-    point = result.paths[parameter][-1]
-    common: dict[str, Any] = {
-        "value": point.value,
-        "confidence_level": result.levels[parameter],
-        "method": METHOD,
-        "threshold": "sequential",
-        "validity": "rigorous-multi-run",
-        "fpr": ConfidenceInterval(0.0, point.fpr_high),
-        "fnr": ConfidenceInterval(0.0, point.fnr_high),
-        "threshold_value": result.thresholds[parameter],
-        "counts": {
-            "fp": point.fp,
-            "negatives": point.negatives,
-            "fn": point.fn,
-            "positives": point.positives,
-        },
-        "details": {
-            "sequential": True,
-            "rounds": result.rounds,
-            "selection": "round 0 (never counted) chose the threshold",
-            "stopped_because": result.decision,
-            "limits": (
-                "one-sided beta-binomial mixture confidence sequences for FPR and FNR, "
-                "each at 1 - (1 - level)/2, valid over every round at once (Robbins 1970; "
-                "Howard et al. 2021, Ann. Statist. 49(2))"
-            ),
-        },
-    }
-    if parameter == "epsilon":
-        return EpsilonBound(delta=delta, **common)
-    return MuBound(**common)
-
-
 def fixed_plan(
-    section: MechanismSection, context: RunContext, result: Outcome, parameter: str
+    section: MechanismSection, context: RunContext, result: RoundsOutcome, parameter: str
 ) -> dict[str, Any] | None:
     """The fixed design's plan for what the sequential test reached (:mod:`dpaudit.planning`):
     for a violation, the trials an ideal attack needs for its expected bound to reach the
@@ -323,7 +219,9 @@ def fixed_plan(
     }
 
 
-def describe(section: MechanismSection, context: RunContext, result: Outcome) -> dict[str, Any]:
+def describe(
+    section: MechanismSection, context: RunContext, result: RoundsOutcome
+) -> dict[str, Any]:
     """The ``sequential`` details of the test in results.json."""
     s = settings(context)
     stopped = (
@@ -363,8 +261,8 @@ def sequential_summary(
     result = outcome(section, context, outputs, level=level)
     mech = build_mechanism(section, str(context.base_dir))
     delta = mechanism_upper_bound(section, mech, context.delta).epsilon_delta
-    eps = sequential_bounds(result, "epsilon", delta=delta)
-    mu = sequential_bounds(result, "mu", delta=delta)
+    eps = outcome_bound(result, "epsilon", delta=delta)
+    mu = outcome_bound(result, "mu", delta=delta)
     assert isinstance(eps, EpsilonBound)  # by the parameter asked for
     assert isinstance(mu, MuBound)
     used = _rounds(outputs)[: result.rounds]
