@@ -333,3 +333,21 @@ def test_reconstruction_leads_with_recovered_vs_defended() -> None:
     for value in ("123", "0.123", "0.1", "2.75", "0.667"):
         assert value in game_block
     assert "lecture" not in text
+
+
+def test_a_claim_curve_bound_reads_as_an_effective_noise_multiplier() -> None:
+    # A claim-curve bound carries σ′ and its ε in its details (dpaudit.claim_curve); the
+    # bounds table says what they mean, with the one assumption in the title.
+    curve = bound("dirac canary (claim curve)", 3.21, upper=2.5)
+    curve["lower"]["details"] = {
+        "effective_noise_multiplier": 0.7305,
+        "effective_epsilon": 3.2104,
+        "assumption": "assumes the accounted q = 0.25 and T = 8",
+    }
+    plain = bound("dirac canary", 1.9, upper=2.5)
+    page = render_report(results(bounds=[curve, plain]))
+    text = visible_text(page)
+    assert "no more private than DP-SGD with σ ≤ 0.731 (ε 3.21 at δ = 1e-5)" in text
+    assert 'title="The effective noise multiplier: the largest σ′ whose DP-SGD' in page
+    assert "assumes the accounted q = 0.25 and T = 8" in page
+    assert text.count("no more private than DP-SGD") == 1  # only the claim-curve bound
