@@ -16,6 +16,18 @@ score). In ONE process, per round:
   ``getrusage(RUSAGE_CHILDREN)``), as a user runs it: without the thread variables, so
   torch starts with its default thread count (the engine trains on one thread itself).
 
+With ``--subprocess``, like for like as a user and the engine's benchmark run them: per
+round, ``dpaudit run`` of the audit file and ``benchmarks/canary_lr.py --setting a --seeds
+1 --trials N --no-oracle`` (the engine's own benchmark: the same models trained in one
+``train_many`` call, the accountant's ε and μ of their records, the sum's and the
+likelihood ratio's ε and μ bounds; ``--oracle`` keeps its simulated oracle too), each a
+subprocess in the user's default environment (no thread variables; canary_lr.py sets one
+thread itself, dpaudit trains on one), each timed by ``getrusage(RUSAGE_CHILDREN)``
+alone (this process's CPU is not counted), alternating which goes first. canary_lr.py
+saves its scores (``--scores-out``) and the script checks them against the scores
+``dpaudit run`` stored. With two or more ``--trials``, the per-model marginal CPU between
+the smallest and the largest size is printed for both.
+
 The engine and the audit train the same models (same seed, data, canary and streams); the
 script checks this by comparing the audit's stored scores with the engine's
 likelihood-ratio scores (the audit trains units of 2 000 models, the engine one batch, so
@@ -27,6 +39,9 @@ too. Medians over ``--rounds`` rounds; engine and audit alternate which goes fir
 
 Run: .venv/bin/python benchmarks/audit_path_speed.py [--trials 10000] [--rounds 3] [--cli]
      .venv/bin/python benchmarks/audit_path_speed.py --trials 1000 5000 --rounds 3
+     .venv/bin/python benchmarks/audit_path_speed.py --trials 10000 --rounds 3 --subprocess
+     .venv/bin/python benchmarks/audit_path_speed.py --trials 1000 10000 --subprocess \
+         --no-in-process
 """
 
 from __future__ import annotations
@@ -62,6 +77,7 @@ from dpaudit.store import RunStore
 
 AUDIT = Path(__file__).resolve().parent / "audits" / "whitebox-poisson-speed.toml"
 ROOT = Path(__file__).resolve().parents[1]
+CANARY_LR = Path(__file__).resolve().parent / "canary_lr.py"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -115,6 +131,95 @@ def _cli(config_text: str, trials: int, work: Path) -> None:
     subprocess.run([*cmd, "--output-dir", str(work / "cli")], check=False, env=env)
 
 
+def _children_cpu() -> float:
+    """CPU seconds of this process's finished children (user + system)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return children.ru_utime + children.ru_stime
+
+
+def _child(cmd: list[str]) -> tuple[float, float, float]:
+    """Run ``cmd`` in the user's default environment: (its CPU, wall, load at the end)."""
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
+    cpu0, wall0 = _children_cpu(), time.perf_counter()
+    done = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True)
+    cpu, wall = _children_cpu() - cpu0, time.perf_counter() - wall0
+    if done.returncode not in (0, 1):  # 1: a gate check failed, still a finished audit
+        raise RuntimeError(f"{cmd[:3]} ended with {done.returncode}: {done.stderr[-2000:]}")
+    return cpu, wall, os.getloadavg()[0]
+
+
+def _side_by_side(trials: int, first: str, oracle: bool) -> dict[str, float]:
+    """``dpaudit run`` and canary_lr.py as subprocesses, for the same models."""
+    work = Path(tempfile.mkdtemp(prefix="audit-path-speed-"))
+    try:
+        path = work / "audit.toml"
+        path.write_text(re.sub(r"(?m)^trials = \d+$", f"trials = {trials}", AUDIT.read_text()))
+        dpaudit = str(ROOT / ".venv" / "bin" / "dpaudit")
+        bench = [sys.executable, str(CANARY_LR), "--setting", "a", "--seeds", "1"]
+        cmds = {
+            "run": [dpaudit, "run", str(path), "--quiet", "--output-dir", str(work / "cli")],
+            "bench": [
+                *bench,
+                *("--trials", str(trials), "--scores-out", str(work / "bench.npz")),
+                *([] if oracle else ["--no-oracle"]),
+            ],
+        }
+        row: dict[str, float] = {}
+        for name in ("run", "bench") if first == "run" else ("bench", "run"):
+            row[f"{name}_cpu"], row[f"{name}_wall"], row[f"{name}_load"] = _child(cmds[name])
+        llrs = np.load(work / "bench.npz")["llrs"]
+        stored = _stored_scores(work / "cli")
+        row["identical"] = float(np.array_equal(llrs, stored))
+        row["max_score_diff"] = float(np.max(np.abs(llrs - stored)))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return row
+
+
+def _subprocess_sizes(sizes: list[int], rounds: int, oracle: bool) -> None:
+    """The side-by-side rounds at each size; medians; marginal cost per model."""
+    medians: dict[int, dict[str, float]] = {}
+    for trials in sizes:
+        models, rows = 2 * trials, []
+        for r in range(rounds):
+            row = _side_by_side(trials, "run" if r % 2 == 0 else "bench", oracle)
+            rows.append(row)
+            print(
+                f"  {models} models, round {r} ({'run' if r % 2 == 0 else 'bench'} first): "
+                f"dpaudit run {row['run_cpu']:.1f} CPU-s (wall {row['run_wall']:.1f}, load "
+                f"{row['run_load']:.2f}); canary_lr.py {row['bench_cpu']:.1f} CPU-s (wall "
+                f"{row['bench_wall']:.1f}, load {row['bench_load']:.2f}); ratio "
+                f"{row['run_cpu'] / row['bench_cpu']:.3f}; scores identical "
+                f"{bool(row['identical'])} (max diff {row['max_score_diff']:.2g})",
+                flush=True,
+            )
+        med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+        medians[trials] = med
+        ratios = [r["run_cpu"] / r["bench_cpu"] for r in rows]
+        print(
+            f"{models} models ({trials} per arm), subprocesses, medians of {rounds} rounds: "
+            f"dpaudit run {med['run_cpu']:.1f} CPU-s, canary_lr.py{' (oracle)' if oracle else ''}"
+            f" {med['bench_cpu']:.1f} CPU-s; ratio {statistics.median(ratios):.3f} "
+            f"({', '.join(f'{x:.3f}' for x in ratios)}; goal ≤ 1.2); wall run "
+            f"{med['run_wall']:.1f} s, bench {med['bench_wall']:.1f} s; load "
+            f"{min(r['run_load'] for r in rows):.2f}–{max(r['bench_load'] for r in rows):.2f}; "
+            f"scores identical in {sum(int(r['identical']) for r in rows)}/{rounds} rounds",
+            flush=True,
+        )
+    if len(medians) >= 2:
+        lo, hi = min(medians), max(medians)
+        extra = 2 * (hi - lo)
+        run = (medians[hi]["run_cpu"] - medians[lo]["run_cpu"]) / extra
+        bench = (medians[hi]["bench_cpu"] - medians[lo]["bench_cpu"]) / extra
+        print(
+            f"marginal CPU per model ({2 * lo} → {2 * hi} models): dpaudit run "
+            f"{1e3 * run:.2f} ms, canary_lr.py {1e3 * bench:.2f} ms ({run / bench:.3f}×); "
+            f"fixed (intercept) dpaudit run {medians[lo]['run_cpu'] - 2 * lo * run:.1f} CPU-s, "
+            f"canary_lr.py {medians[lo]['bench_cpu'] - 2 * lo * bench:.1f} CPU-s",
+            flush=True,
+        )
+
+
 def _round(trials: int, first: str, cli: bool) -> dict[str, float]:
     config = load_config(AUDIT).with_section("dpsgd", trials=trials)
     work = Path(tempfile.mkdtemp(prefix="audit-path-speed-"))
@@ -150,7 +255,18 @@ def main() -> None:
     p.add_argument("--trials", type=int, nargs="+", default=[10_000], help="models per arm")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--cli", action="store_true", help="also time `dpaudit run` (subprocess)")
+    p.add_argument(
+        "--subprocess",
+        action="store_true",
+        help="also `dpaudit run` and canary_lr.py side by side, both subprocesses",
+    )
+    p.add_argument("--no-in-process", action="store_true", help="skip the in-process rounds")
+    p.add_argument("--oracle", action="store_true", help="canary_lr.py keeps its oracle")
     a = p.parse_args()
+    if a.subprocess:
+        _subprocess_sizes(a.trials, a.rounds, a.oracle)
+    if a.no_in_process:
+        return
     torch.set_num_threads(1)
     _engine(load_config(AUDIT).with_section("dpsgd", trials=5))  # imports, warm caches
     for trials in a.trials:

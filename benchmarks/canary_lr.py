@@ -26,8 +26,14 @@ by the likelihood ratio; the engine is deterministic given the seed, so the two 
 come from the same training run. Reported: the one-run ε lower bound (0.95) and the
 correct guesses, medians over seeds.
 
+``--no-oracle`` leaves the oracle out (its μ and ε are then NaN); ``--scores-out PATH``
+saves the last seed's arm flags and both scores (``.npz``), so that
+benchmarks/audit_path_speed.py can run this script as a subprocess next to ``dpaudit
+run`` of the same models and check that both trained the same models.
+
 Run: .venv/bin/python benchmarks/canary_lr.py [--trials 10000] [--seeds 5] [--setting a b]
      .venv/bin/python benchmarks/canary_lr.py --one-run [--seeds 5]
+     .venv/bin/python benchmarks/canary_lr.py --setting a --seeds 1 --no-oracle --scores-out s.npz
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
+import math
 import statistics
 import time
 
@@ -129,6 +136,11 @@ def _bounds(section: DpsgdSection, upper, neg, pos, seed: int) -> tuple[float, f
     return eps.value, mu.value
 
 
+def _ratio(a: float, b: float) -> float:
+    """a / b, NaN when b is 0 or NaN (too few trials for a bound, or no oracle)."""
+    return a / b if b > 0 else math.nan
+
+
 def _one_run(names: list[str], seeds: int) -> None:
     import tempfile
 
@@ -164,6 +176,8 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--setting", nargs="+", default=["a", "b"], choices=sorted(SETTINGS))
     p.add_argument("--one-run", action="store_true", help="the one-run audit instead")
+    p.add_argument("--no-oracle", action="store_true", help="skip the simulated oracle")
+    p.add_argument("--scores-out", default=None, help="save the last seed's scores (.npz)")
     a = p.parse_args()
     torch.set_num_threads(1)
     if a.one_run:
@@ -183,8 +197,12 @@ def main() -> None:
             q, steps, sigma = r.sampling_rate, r.steps, r.noise_multiplier
             eps_sum, mu_sum = _bounds(section, upper, sums[~included], sums[included], seed)
             eps_lr, mu_lr = _bounds(section, upper, llrs[~included], llrs[included], seed)
-            sim = _oracle(q, steps, sigma, a.trials, seed)
-            eps_or, mu_or = _bounds(section, upper, sim[0], sim[1], seed)
+            eps_or, mu_or = math.nan, math.nan
+            if not a.no_oracle:
+                sim = _oracle(q, steps, sigma, a.trials, seed)
+                eps_or, mu_or = _bounds(section, upper, sim[0], sim[1], seed)
+            if a.scores_out is not None:
+                np.savez(a.scores_out, included=included, sums=sums, llrs=llrs)
             row = {
                 "q": q,
                 "T": steps,
@@ -214,9 +232,10 @@ def main() -> None:
         print(
             f"({name}) medians of {a.seeds} seeds: μ_LB sum {med['mu_sum']:.3f}, LR "
             f"{med['mu_lr']:.3f}, oracle {med['mu_oracle']:.3f}; μ_UB {med['mu_ub']:.3f}; "
-            f"LR/μ_UB {med['mu_lr'] / med['mu_ub']:.3f} (goal ≥ 0.5), LR/oracle "
-            f"{med['mu_lr'] / med['mu_oracle']:.3f} (goal ≥ 0.9), sum/μ_UB "
-            f"{med['mu_sum'] / med['mu_ub']:.3f}, LR/sum {med['mu_lr'] / med['mu_sum']:.3f}; "
+            f"LR/μ_UB {_ratio(med['mu_lr'], med['mu_ub']):.3f} (goal ≥ 0.5), LR/oracle "
+            f"{_ratio(med['mu_lr'], med['mu_oracle']):.3f} (goal ≥ 0.9), sum/μ_UB "
+            f"{_ratio(med['mu_sum'], med['mu_ub']):.3f}, LR/sum "
+            f"{_ratio(med['mu_lr'], med['mu_sum']):.3f}; "
             f"ε_LB sum {med['eps_sum']:.3f}, LR {med['eps_lr']:.3f}, oracle "
             f"{med['eps_oracle']:.3f} (ε_UB {med['eps_ub']:.3f}); CPU {med['cpu']:.1f} s per "
             f"seed, wall {med['wall']:.1f} s, load {med['load']:.2f}",

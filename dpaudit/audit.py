@@ -49,6 +49,7 @@ from dpaudit.store import (
     UnitRejected,
     atomic_write_json,
     atomic_write_text,
+    read_back,
     remove_outputs,
 )
 
@@ -343,11 +344,10 @@ def _compute_units(
             stats, units = _run_rounds(config, name, plan, store, digests, progress, level)
         else:
             stats, units = _run_plan(config, plan, store, progress), plan.units
-        for unit in units:
-            if unit not in digests:  # computed just now
-                digests[unit] = store.load_verified(unit)[1]
-        digests = {u: digests[u] for u in units}
-        outputs = StoredOutputs(store, digests)
+        # the units computed just now, read back and checked (and not decoded again)
+        computed, read = read_back(store, [u for u in units if u not in digests])
+        digests = {u: digests[u] if u in digests else computed[u] for u in units}
+        outputs = StoredOutputs(store, digests, preloaded=read)
         stored[name] = _Stored(outputs, stats, key, time.perf_counter() - t0, digests, rejected)
     return {name: stored[name] for name in config.audit.kinds}
 
@@ -366,8 +366,8 @@ def _sequential_kinds(config: AuditConfig) -> set[str]:
         if not get_kind(name).is_sequential(config.section(name), context):
             raise DpauditError(
                 f"[audit] stopping = 'sequential' is not supported by the {name!r} kind (only "
-                "by 'mechanism' and 'dpsgd'); use stopping = 'fixed' or audit that kind in "
-                "another file"
+                "by 'mechanism', 'dpsgd' and 'reconstruction'); use stopping = 'fixed' or "
+                "audit that kind in another file"
             )
         found.add(name)
     return found

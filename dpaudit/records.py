@@ -66,14 +66,31 @@ class DPSGDRecord:
     @staticmethod
     def from_arrays(parts: Iterable[Mapping[str, np.ndarray]]) -> list[DPSGDRecord]:
         """The records :meth:`to_arrays` stored, over one or several units, in order."""
-        return [
-            DPSGDRecord(
-                noise_multiplier=float(p["noise_multiplier"][k]),
-                sampling_rate=float(p["sampling_rate"][k]),
-                steps=int(p["steps"][k]),
-                clipping_norm=float(p["clipping_norm"][k]),
-                sampling="full-batch" if bool(p["full_batch"][k]) else "poisson",
+        records: list[DPSGDRecord] = []
+        # Records are frozen, so models that ran the same mechanism share one record
+        # object: an audit's 10⁴ models hold a handful of distinct ones.
+        made: dict[tuple[float, float, int, float, bool], DPSGDRecord] = {}
+        for p in parts:
+            # one conversion per array (tolist gives the same Python floats, ints and
+            # bools as indexing element by element, at a fraction of the cost per model)
+            columns = zip(
+                np.asarray(p["noise_multiplier"], dtype=np.float64).tolist(),
+                np.asarray(p["sampling_rate"], dtype=np.float64).tolist(),
+                np.asarray(p["steps"]).astype(np.int64).tolist(),
+                np.asarray(p["clipping_norm"], dtype=np.float64).tolist(),
+                np.asarray(p["full_batch"]).astype(bool).tolist(),
+                strict=True,
             )
-            for p in parts
-            for k in range(p["noise_multiplier"].size)
-        ]
+            for key in columns:
+                record = made.get(key)
+                if record is None:
+                    sigma, q, steps, clip, full = key
+                    record = made[key] = DPSGDRecord(
+                        noise_multiplier=sigma,
+                        sampling_rate=q,
+                        steps=steps,
+                        clipping_norm=clip,
+                        sampling="full-batch" if full else "poisson",
+                    )
+                records.append(record)
+        return records

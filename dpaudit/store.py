@@ -33,10 +33,10 @@ import tempfile
 import threading
 import time
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -47,6 +47,8 @@ except ImportError:  # pragma: no cover
 
 #: Serialises the os.umask fallback of current_umask within this process.
 _UMASK_LOCK = threading.Lock()
+
+_T = TypeVar("_T")
 
 
 def current_umask() -> int:
@@ -217,6 +219,32 @@ class RunStore:
         return {p.stem for p in self.units_dir.glob("*.npz")}
 
 
+def read_back(
+    store: RunStore, units: Iterable[str], *, keep_bytes: int = 64 << 20
+) -> tuple[dict[str, str], dict[str, Mapping[str, np.ndarray]]]:
+    """Read units just stored back from the run directory and check them.
+
+    Returns each unit's digest, and the arrays of the units read while together they fit
+    in ``keep_bytes`` (for :class:`StoredOutputs` ``preloaded``: a unit the audit has
+    read back is not decoded again for its bounds; beyond the budget none is kept, so a
+    kind that reads its units one at a time still holds one unit at a time).
+
+    Raises:
+        UnitRejected: a unit does not read back as it was written.
+    """
+    digests: dict[str, str] = {}
+    kept: dict[str, Mapping[str, np.ndarray]] = {}
+    size = 0
+    for unit in units:
+        arrays, digests[unit] = store.load_verified(unit)
+        size += sum(a.nbytes for a in arrays.values())
+        if size <= keep_bytes:
+            kept[unit] = arrays
+        else:
+            kept.clear()
+    return digests, kept
+
+
 class StoredOutputs(Mapping[str, Mapping[str, np.ndarray]]):
     """A kind's stored units as a read-only mapping, unit name → arrays, read on demand.
 
@@ -226,10 +254,20 @@ class StoredOutputs(Mapping[str, Mapping[str, np.ndarray]]):
     together (``cache_bytes``), each is kept after its first read. Every read is checked
     against the digest the audit verified before it started, so a unit that changes
     while the run reads it stops the run instead of entering a bound.
+
+    ``preloaded`` hands over units the audit has just read and checked against the same
+    digests (the read-back after a unit is stored), so that a cached unit is decoded once
+    per run. :meth:`memo` keeps a value derived from the units (a kind's reading of them,
+    which both ``comparisons`` and ``summarise`` need) under the same rule as the units.
     """
 
     def __init__(
-        self, store: RunStore, digests: Mapping[str, str], *, cache_bytes: int = 64 << 20
+        self,
+        store: RunStore,
+        digests: Mapping[str, str],
+        *,
+        cache_bytes: int = 64 << 20,
+        preloaded: Mapping[str, Mapping[str, np.ndarray]] | None = None,
     ) -> None:
         self._store = store
         self._digests = dict(digests)
@@ -237,6 +275,23 @@ class StoredOutputs(Mapping[str, Mapping[str, np.ndarray]]):
         self._cache: dict[str, Mapping[str, np.ndarray]] | None = (
             {} if size <= cache_bytes else None
         )
+        if self._cache is not None and preloaded:
+            self._cache.update({u: a for u, a in preloaded.items() if u in self._digests})
+        self._memo: dict[Hashable, Any] = {}
+
+    def memo(self, key: Hashable, compute: Callable[[], _T]) -> _T:
+        """``compute()``, once per ``key`` while the units are kept in memory.
+
+        The units behind this mapping never change (every read is checked against the
+        digests fixed when it was made), so a value computed from them stays right. It is
+        kept only when the units themselves are cached: a derived value may hold their
+        arrays, and a kind too large to cache reads its units one at a time.
+        """
+        if self._cache is None:
+            return compute()
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return cast(_T, self._memo[key])
 
     def __getitem__(self, unit: str) -> Mapping[str, np.ndarray]:
         if self._cache is not None and unit in self._cache:

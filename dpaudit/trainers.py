@@ -476,12 +476,27 @@ class _GreyBoxObserver:
     def __call__(self, info: StepInfo) -> None:
         self._grow(info.step)
         active = info.active.numpy()
-        rows = info.model_indices.numpy()[active] - self.offset
+        indices = info.model_indices.numpy() - self.offset
+        if indices.size and active.all():
+            start = int(indices[0])
+            if np.array_equal(indices, np.arange(start, start + indices.size)):
+                # every model of one contiguous chunk ran (the usual step): the same
+                # values written through slices, not gathered and scattered per model
+                self._record(info, slice(start, start + indices.size))
+                return
+        rows = indices[active]
         self.batch[rows, info.step] = info.batch_valid.sum(dim=1).numpy()[active]
         self.steps[rows] += 1
         if self.coordinate is not None:
             g = info.gradients[:, self.coordinate].double().numpy()[active]
             self.noise[rows, info.step] = g
+
+    def _record(self, info: StepInfo, rows: slice) -> None:
+        """One step in which every model of the chunk ``rows`` was active."""
+        self.batch[rows, info.step] = info.batch_valid.sum(dim=1).numpy()
+        self.steps[rows] += 1
+        if self.coordinate is not None:
+            self.noise[rows, info.step] = info.gradients[:, self.coordinate].double().numpy()
 
     def observations(self, records: tuple[DPSGDRecord | None, ...]) -> GreyBoxObservations | None:
         """The observations, with n, q, σ, C and T read from the engine's records."""
