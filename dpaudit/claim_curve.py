@@ -46,8 +46,13 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import special
 
-from dpaudit.accounting import dpsgd_event, epsilon, privacy_profile
-from dpaudit.bounds import THRESHOLD_STRATEGIES, EpsilonBound, _rate_level, _split_samples
+from dpaudit.bounds import (
+    THRESHOLD_STRATEGIES,
+    EpsilonBound,
+    MuBound,
+    _rate_level,
+    _split_samples,
+)
 from dpaudit.errors import (
     DpauditError,
     InsufficientTrialsError,
@@ -64,19 +69,26 @@ from dpaudit.theory import (
     tradeoff_randomized_response,
 )
 from dpaudit.threshold_search import best_threshold
-from dpaudit.tradeoff import TradeoffCurve, as_scores
+from dpaudit.tradeoff import GridCounts, TradeoffCurve, as_scores
 
 __all__ = [
     "ClaimCurve",
     "ClaimCurveTest",
+    "Criterion",
     "EffectiveNoise",
     "claim_curve_epsilon",
+    "claim_curve_parameter",
     "claim_curve_test",
+    "claim_curve_test_from_grid",
+    "declared_curve_bound",
     "dp_claim",
     "dpsgd_claim",
     "effective_noise_multiplier",
     "gdp_claim",
+    "gdp_curve_parameter",
     "laplace_claim",
+    "laplace_curve_parameter",
+    "laplace_epsilon_of_claim",
     "randomized_response_claim",
     "tradeoff_from_profile",
 ]
@@ -195,7 +207,10 @@ def randomized_response_claim(p: float) -> ClaimCurve:
 @functools.lru_cache(maxsize=256)
 def _dpsgd_profile(sigma: float, q: float, steps: int) -> NDArray[np.float64]:
     # One PLD per (σ, q, T): about a second each, so the σ′ search and repeated audits
-    # reuse them.
+    # reuse them. The accountant (dp-accounting, with scipy.stats and scipy.optimize) is
+    # imported only here, so mechanism audits that test other curves never load it.
+    from dpaudit.accounting import dpsgd_event, privacy_profile
+
     event = dpsgd_event(noise_multiplier=sigma, sampling_rate=q, steps=steps)
     deltas: NDArray[np.float64] = privacy_profile(event, PROFILE_EPSILONS)
     deltas.setflags(write=False)
@@ -232,6 +247,38 @@ def dpsgd_claim(*, noise_multiplier: float, sampling_rate: float, steps: int) ->
 
 
 # ----------------------------------------------------------------------------- the test
+
+#: A rule that chooses a threshold from its limits: ``criterion(fpr_high, fnr_high)``.
+Criterion = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def laplace_curve_parameter(fpr_high: ArrayLike, fnr_high: ArrayLike) -> NDArray[np.float64]:
+    """The largest ε₀ whose Laplace curve the point (u0, u1) lies below, elementwise.
+
+    From the three pieces of the exact curve (:func:`dpaudit.theory.tradeoff_laplace`),
+    each falling in ε₀: for u0 ≥ ½, ln((1 − u0)/u1); for u0 < ½, −ln(4·u0·u1) when
+    u1 < ½ and ln((1 − u1)/u0) when u1 ≥ ½ (continuous across u0 = ½ and u1 = ½).
+    Floored at 0; non-increasing in both limits, 0 at u1 = 1: a threshold rule for
+    :func:`claim_curve_test`. (A point at u0 = 0 is capped at 700.)
+    """
+    u0 = np.clip(np.asarray(fpr_high, dtype=float), 0.0, 1.0)
+    u1 = np.clip(np.asarray(fnr_high, dtype=float), 0.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        right = np.log(1.0 - u0) - np.log(u1)
+        middle = -np.log(4.0 * u0 * u1)
+        top = np.log(1.0 - u1) - np.log(u0)
+        out = np.where(u0 >= 0.5, right, np.where(u1 < 0.5, middle, top))
+    return np.clip(np.nan_to_num(out, nan=0.0, posinf=700.0, neginf=0.0), 0.0, 700.0)
+
+
+def gdp_curve_parameter(fpr_high: ArrayLike, fnr_high: ArrayLike) -> NDArray[np.float64]:
+    """The largest μ whose G_μ the point (u0, u1) lies below: Φ⁻¹(1 − u0) − Φ⁻¹(u1),
+    floored at 0 (capped at 80), elementwise: the μ lower bound's inequality
+    (Dong, Roth, Su 2022, Def. 2.6), a threshold rule for :func:`claim_curve_test`."""
+    u0 = np.clip(np.asarray(fpr_high, dtype=float), 0.0, 1.0)
+    u1 = np.clip(np.asarray(fnr_high, dtype=float), 0.0, 1.0)
+    out = -special.ndtri(u0) - special.ndtri(u1)
+    return np.clip(np.nan_to_num(out, nan=0.0, posinf=80.0, neginf=0.0), 0.0, 80.0)
 
 
 def _probit_margin(curve: ClaimCurve) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
@@ -320,6 +367,7 @@ def claim_curve_test(
     threshold: str = "split",
     seed: int | None = None,
     selection_fraction: float = 0.5,
+    criterion: Criterion | None = None,
 ) -> ClaimCurveTest:
     """Whether the scores of independent trials put a point below the claim's curve.
 
@@ -331,6 +379,13 @@ def claim_curve_test(
         threshold: ``"split"`` or ``"bonferroni"`` (as :func:`dpaudit.bounds.epsilon_lower_bound`).
         seed: seed of the split's permutation.
         selection_fraction: share of each sample that chooses t (``split`` only).
+        criterion: the rule that chooses t, ``criterion(fpr_high, fnr_high)`` on arrays
+            (default: the probit margin below the curve, 0 wherever the point is above
+            it). It only chooses, so any rule keeps the level; it must be ≥ 0,
+            non-increasing in both limits and 0 at ``fnr_high`` = 1
+            (:func:`dpaudit.threshold_search.best_threshold`). A family's parameter
+            (:func:`laplace_curve_parameter`, :func:`gdp_curve_parameter`) also ranks the
+            thresholds whose points lie above the curve.
 
     Returns:
         :class:`ClaimCurveTest`.
@@ -344,6 +399,7 @@ def claim_curve_test(
     neg = as_scores("negative_scores", negative_scores)
     pos = as_scores("positive_scores", positive_scores)
     margin = _probit_margin(claim)
+    choose = margin if criterion is None else criterion
     if threshold == "split":
         frac = check_in_interval(
             "selection_fraction", selection_fraction, 0.0, 1.0, low_open=True, high_open=True
@@ -357,7 +413,7 @@ def claim_curve_test(
             sel,
             level_fpr=_rate_level(c, tests=sel.negatives + 1),
             level_fnr=_rate_level(c, tests=sel.positives + 1),
-            bound=margin,
+            bound=choose,
         )
         t = float(sel.thresholds[best.index])
         # Counted on the evaluation part only: t is independent of it, so each one-sided
@@ -380,7 +436,7 @@ def claim_curve_test(
         _need_trials(min(neg.size, pos.size), max(neg.size, pos.size) + 1, c)
         curve = TradeoffCurve.from_scores(neg, pos)
         lf, ln = _rate_level(c, tests=neg.size + 1), _rate_level(c, tests=pos.size + 1)
-        best = best_threshold(curve, level_fpr=lf, level_fnr=ln, bound=margin)
+        best = best_threshold(curve, level_fpr=lf, level_fnr=ln, bound=choose)
         i = best.index
         t = float(curve.thresholds[i])
         fpr = ConfidenceInterval(0.0, best.fpr_high)
@@ -410,6 +466,97 @@ def claim_curve_test(
         threshold_value=t,
         counts=counts,
         details=details,
+    )
+
+
+def claim_curve_test_from_grid(
+    selection: GridCounts | None,
+    evaluation: GridCounts,
+    *,
+    claim: ClaimCurve,
+    confidence_level: float = 0.95,
+    details: dict[str, Any] | None = None,
+    criterion: Criterion | None = None,
+) -> ClaimCurveTest:
+    """:func:`claim_curve_test` from counts at a grid of thresholds fixed in advance, for
+    trials streamed one work unit at a time (the rules of
+    :func:`dpaudit.bounds.epsilon_and_mu_from_grid_split` and ``..._bonferroni``).
+
+    With ``selection`` (``split``): the threshold is chosen on the selection counts alone
+    and FP, FN are the evaluation counts at that grid row, each rate's one-sided limit at
+    1 − (1 − c)/2. Without it (``bonferroni``): every grid row of ``evaluation`` is a
+    candidate and each rate's limit is at 1 − (1 − c)/(2G), G the grid's size (union bound
+    over the G thresholds fixed before these trials were counted; the two end rows give
+    no violation whatever happens and need no share).
+
+    Args:
+        selection: the selection part's counts, or ``None`` for ``bonferroni``.
+        evaluation: the counted part's counts, on the same grid.
+        claim: the claimed trade-off curve.
+        confidence_level: c; a violation is a false alarm with probability ≤ 1 − c.
+        details: more details for the result (how the parts and the grid were drawn).
+        criterion: the rule that chooses the threshold (as :func:`claim_curve_test`).
+
+    Raises:
+        DpauditError: bad arguments, counts on different grids.
+        InsufficientTrialsError: too few counted trials for any violation.
+    """
+    c = check_confidence_level(confidence_level)
+    margin = _probit_margin(claim)
+    choose = margin if criterion is None else criterion
+    ev = evaluation.curve()
+    more: dict[str, Any] = dict(details or {})
+    if selection is not None:
+        if not np.array_equal(selection.grid, evaluation.grid):
+            raise DpauditError("The selection and evaluation counts must be on one grid.")
+        _need_trials(min(evaluation.negatives, evaluation.positives), 1, c)
+        sel = selection.curve()
+        # Chosen on the selection counts alone (never counted), as claim_curve_test does.
+        best = best_threshold(
+            sel,
+            level_fpr=_rate_level(c, tests=sel.negatives + 1),
+            level_fnr=_rate_level(c, tests=sel.positives + 1),
+            bound=choose,
+        )
+        i = best.index
+        level = _rate_level(c)
+        fpr = clopper_pearson(
+            int(ev.fp[i]), ev.negatives, confidence_level=level, alternative="less"
+        )
+        fnr = clopper_pearson(
+            int(ev.fn[i]), ev.positives, confidence_level=level, alternative="less"
+        )
+        more.update(selection_negatives=sel.negatives, selection_positives=sel.positives)
+        strategy = "split"
+    else:
+        tests = int(evaluation.grid.size)
+        _need_trials(min(evaluation.negatives, evaluation.positives), tests, c)
+        level = _rate_level(c, tests=tests)
+        best = best_threshold(ev, level_fpr=level, level_fnr=level, bound=choose)
+        i = best.index
+        fpr = ConfidenceInterval(0.0, best.fpr_high)
+        fnr = ConfidenceInterval(0.0, best.fnr_high)
+        more.update(fpr_level=level, fnr_level=level)
+        strategy = "bonferroni"
+    more["candidate_thresholds"] = int(evaluation.grid.size)
+    f_at = float(claim(np.array([fpr.high]))[0])
+    return ClaimCurveTest(
+        violated=bool(fnr.high < f_at),
+        margin=float(margin(np.array([fpr.high]), np.array([fnr.high]))[0]),
+        claim=claim.name,
+        curve_at_fpr=f_at,
+        confidence_level=c,
+        threshold=strategy,
+        fpr=fpr,
+        fnr=fnr,
+        threshold_value=float(ev.thresholds[i]),
+        counts={
+            "fp": int(ev.fp[i]),
+            "negatives": int(ev.negatives),
+            "fn": int(ev.fn[i]),
+            "positives": int(ev.positives),
+        },
+        details=more,
     )
 
 
@@ -522,8 +669,144 @@ def effective_noise_multiplier(
         # full batch: exactly √T/σ-GDP, whose ε at δ is closed-form (Cor. 2.13)
         eps = gdp_epsilon(math.sqrt(t) / s, d)
     else:
+        from dpaudit.accounting import dpsgd_event, epsilon
+
         eps = epsilon(dpsgd_event(noise_multiplier=s, sampling_rate=q, steps=t), delta=d)
     return EffectiveNoise(s, float(eps), d, q, t, confidence_level, assumption)
+
+
+# ------------------------------------------------ a declared mechanism's curve as a bound
+
+
+def laplace_epsilon_of_claim(epsilon: float, delta: float = 0.0) -> float:
+    """The largest ε₀ of a Laplace mechanism (scale Δ/ε₀) that is (ε, δ)-DP.
+
+    The privacy loss of Laplace(ε₀) on a pair at distance Δ is ε₀ with probability ½,
+    −ε₀ with probability e^{−ε₀}/2 and linear in the output between, so its privacy
+    profile is δ(ε) = 1 − e^{(ε − ε₀)/2} for 0 ≤ ε ≤ ε₀ (0 above; ``tests`` check it
+    against :func:`tradeoff_from_profile`, Dong, Roth, Su 2022, Prop. 2.12, of the exact
+    curve). It is (ε, δ)-DP iff δ(ε) ≤ δ, that is iff ε₀ ≤ ε − 2 ln(1 − δ): ε itself
+    for a pure claim.
+    """
+    e = check_in_interval("epsilon", epsilon, 0.0, math.inf, low_open=True, high_open=True)
+    d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)
+    return e - 2.0 * math.log1p(-d)
+
+
+def claim_curve_parameter(
+    fpr_high: float,
+    fnr_high: float,
+    *,
+    family: Callable[[float], ClaimCurve],
+    claimed: float,
+    ceiling: float = 100.0,
+) -> float:
+    """The largest θ whose curve ``family(θ)`` the point (u0, u1) lies strictly below.
+
+    ``family`` is a nested family of trade-off curves that fall as θ rises (Laplace in ε,
+    G_μ in μ: more noise is a post-processing, Dong, Roth, Su 2022, Prop. 2.8), so the θ
+    whose curve the point lies below form an interval [0, θ*). The bisection keeps a θ
+    the point is verified below (returned) and one it is not; it starts from
+    ``claimed``, so the result exceeds ``claimed`` exactly when the point lies below the
+    claimed curve (the test's violation event; the supremum is then strictly above
+    ``claimed``, the family being continuous in θ), and never otherwise.
+
+    Args:
+        fpr_high: u0, the FPR upper limit.
+        fnr_high: u1, the FNR upper limit.
+        family: θ ↦ the curve of the declared mechanism at θ (θ > 0).
+        claimed: the claimed θ.
+        ceiling: returned when the point lies below the curve at ``ceiling`` too.
+
+    Returns:
+        θ ≥ 0 (0 when the point lies below no curve of the family).
+    """
+    u0 = check_in_interval("fpr_high", fpr_high, 0.0, 1.0)
+    u1 = check_in_interval("fnr_high", fnr_high, 0.0, 1.0)
+    theta = check_in_interval("claimed", claimed, 0.0, ceiling, low_open=True)
+
+    def below(t: float) -> bool:
+        return bool(u1 < float(family(t)(np.array([u0]))[0]))
+
+    if below(theta):
+        lo, hi = theta, min(2.0 * theta, ceiling)
+        while below(hi):
+            if hi >= ceiling:
+                return float(ceiling)
+            lo, hi = hi, min(2.0 * hi, ceiling)
+    else:
+        lo, hi = 0.0, theta
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if not lo < mid < hi:
+            break
+        lo, hi = (mid, hi) if below(mid) else (lo, mid)
+    if lo == theta:
+        # strictly below the claimed curve, which is continuous in θ: θ* > claimed
+        lo = math.nextafter(theta, math.inf)
+    return float(lo)
+
+
+def declared_curve_bound(
+    test: ClaimCurveTest,
+    *,
+    family: Callable[[float], ClaimCurve],
+    claimed: float,
+    parameter: str,
+    delta: float = 0.0,
+    assumption: str = "",
+) -> EpsilonBound | MuBound:
+    """A claim-curve test of a declared mechanism at its claimed parameter, read as a
+    bound on that parameter to hold against the claim.
+
+    ``test`` (:func:`claim_curve_test` or :func:`claim_curve_test_from_grid` against
+    ``family(claimed)``) decides; the bound's value is :func:`claim_curve_parameter` at
+    its limits, above ``claimed`` exactly when the point lies below the claimed curve.
+    That conclusion ("this is not the declared mechanism at the claimed parameter")
+    assumes nothing beyond the test's level; the value itself reads the point through the
+    declared family (``details["assumption"]``).
+
+    Args:
+        test: the test against ``family(claimed)``.
+        family: θ ↦ the declared mechanism's curve at θ, falling as θ rises.
+        claimed: the claimed θ.
+        parameter: ``"epsilon"`` (an :class:`EpsilonBound` at ``delta``) or ``"mu"``.
+        delta: δ of an ε bound.
+        assumption: what the value assumes, in words.
+
+    Raises:
+        DpauditError: bad arguments, or a test of another curve.
+    """
+    check_choice("parameter", parameter, ("epsilon", "mu"))
+    name = family(claimed).name
+    if test.claim != name:
+        raise DpauditError(f"The test is of {test.claim!r}, not of the claimed curve {name!r}.")
+    value = claim_curve_parameter(test.fpr.high, test.fnr.high, family=family, claimed=claimed)
+    details: dict[str, Any] = {
+        **test.details,
+        "claim": test.claim,
+        "below_claim_curve": test.violated,
+        "claim_curve_at_fpr": test.curve_at_fpr,
+        "margin_probit": test.margin,
+        "claimed": claimed,
+        "assumption": assumption,
+    }
+    common: dict[str, Any] = {
+        "value": value,
+        "confidence_level": test.confidence_level,
+        "method": "claim-curve",
+        "threshold": test.threshold,
+        "validity": "rigorous-multi-run",
+        "fpr": test.fpr,
+        "fnr": test.fnr,
+        "threshold_value": test.threshold_value,
+        "counts": dict(test.counts),
+        "details": details,
+    }
+    if parameter == "mu":
+        return MuBound(**common)
+    d = check_in_interval("delta", delta, 0.0, 1.0, high_open=True)
+    return EpsilonBound(delta=d, **common)
 
 
 # ------------------------------------------------------------------ as a verdict bound
@@ -555,6 +838,8 @@ def claim_curve_epsilon(
     """
     claim = dpsgd_claim(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate, steps=steps)
     d = check_in_interval("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
+    from dpaudit.accounting import dpsgd_event, epsilon
+
     event = dpsgd_event(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate, steps=steps)
     accountant = (
         gdp_epsilon(math.sqrt(steps) / noise_multiplier, d)

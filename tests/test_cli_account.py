@@ -188,11 +188,12 @@ def test_plan_times_an_audit_file_and_extrapolates_a_line(tmp_path: Path) -> Non
     expected = max(w0 - slope * n0, 0.0) + slope * out["trials_per_arm"]
     assert t["wall_seconds"] == pytest.approx(expected)
     assert t["kind"] == "mechanism"
-    # The file's verdict holds two comparisons (ε and μ): each bound at 1 − 0.05/2, and the
-    # plan is made at that level (without a file, 29,416 trials at 0.95).
-    assert t["level_each"] == pytest.approx(0.975)
-    assert out["confidence_level"] == pytest.approx(0.975)
-    assert t["trials_per_arm"] == out["trials_per_arm"] == 38365
+    # The file's verdict holds three comparisons (ε, μ and the Laplace claim curve): each
+    # bound at 1 − 0.05/3, and the plan is made at that level (without a file, 29,416
+    # trials at 0.95; `dpaudit plan --confidence-level 0.98333…` alone gives the same).
+    assert t["level_each"] == pytest.approx(1 - 0.05 / 3)
+    assert out["confidence_level"] == pytest.approx(1 - 0.05 / 3)
+    assert t["trials_per_arm"] == out["trials_per_arm"] == 43720
 
 
 def test_account_identifies_full_batch_as_exact_gdp_with_its_rho():

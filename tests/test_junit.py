@@ -31,6 +31,7 @@ seed = 0
 name = "laplace"
 epsilon = 2.0
 trials = 20_000
+claim_curve = false  # ε and μ only (the curve's share: tests/test_claim_curve_mechanism.py)
 [mechanism.claim]
 epsilon = 0.5
 [gate]

@@ -95,6 +95,7 @@ claimed_epsilon = {claim}
 name = "laplace"
 epsilon = 1.0
 trials = 5000
+claim_curve = false  # ε and μ only (the curve's share: tests/test_claim_curve_mechanism.py)
 """
 
 

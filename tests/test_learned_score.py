@@ -72,7 +72,12 @@ def _run(audit: Path, out: Path) -> tuple[int, dict, str]:
 
 
 def _lower(data: dict, parameter: str) -> dict:
-    (row,) = [b for b in data["bounds"] if b["parameter"] == parameter and b["in_verdict"]]
+    # the score's own ε or μ bound (not the claim-curve comparison beside it)
+    (row,) = [
+        b
+        for b in data["bounds"]
+        if b["parameter"] == parameter and b["in_verdict"] and b["lower"]["method"] != "claim-curve"
+    ]
     return row["lower"]
 
 

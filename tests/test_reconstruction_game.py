@@ -242,9 +242,10 @@ def test_kind_counts_one_comparison_and_shares_the_budget(tmp_path: Path) -> Non
     )
     f.write_text(text + '\n[mechanism]\nname = "laplace"\nepsilon = 1.0\ntrials = 2000\n')
     result = run_audit(f, output_dir=tmp_path / "run", write=False)
-    assert result.provenance["verdict_budget"]["per_kind"] == {"reconstruction": 1, "mechanism": 2}
+    assert result.provenance["verdict_budget"]["per_kind"] == {"reconstruction": 1, "mechanism": 3}
     game = next(c for c in result.comparisons if c.test.startswith("identification"))
-    assert game.lower.confidence_level == pytest.approx(1 - 0.05 / 3)
+    # ε and μ of the Laplace test, its claim curve, and the game: four shares
+    assert game.lower.confidence_level == pytest.approx(1 - 0.05 / 4)
 
 
 @pytest.mark.parametrize(

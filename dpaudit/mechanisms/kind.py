@@ -109,9 +109,14 @@ class MechanismKind(AuditKind[MechanismSection]):
             spec=spec,
             units=tuple(f"mechanism-{i:05d}" for i in range(n)),
             key_data={
-                # how a learned score is fitted changes no unit: the units hold raw outputs
+                # how a learned score is fitted, and which tests the summary runs, change no
+                # unit: the units hold raw outputs (or scores)
                 **spec.model_dump(
-                    mode="json", exclude={"base_dir": True, "section": {"learner", "fit_fraction"}}
+                    mode="json",
+                    exclude={
+                        "base_dir": True,
+                        "section": {"learner", "fit_fraction", "claim_curve"},
+                    },
                 ),
                 # a user mechanism's code is part of what its units are
                 "mechanism_file": plugin_digest(section.name, base_dir=context.base_dir)
@@ -129,12 +134,16 @@ class MechanismKind(AuditKind[MechanismSection]):
 
     def comparisons(self, section: MechanismSection, context: RunContext, outputs: Outputs) -> int:
         mech = build_mechanism(section, str(context.base_dir))
-        per_pair = sum(in_verdict(upper_bound(section, mech, context.delta)).values())
+        upper = upper_bound(section, mech, context.delta)
+        per_pair = sum(in_verdict(upper).values())
         if section.search is not None:  # k audited pairs, each a Bonferroni share
             from dpaudit.mechanisms.search import audited_pairs
 
             return per_pair * audited_pairs(section, context.seed)
-        return per_pair
+        from dpaudit.mechanisms.summary import declared_curve
+
+        # the claim's exact curve, where one is known: one more share (summary decides)
+        return per_pair + (declared_curve(section, context, upper) is not None)
 
     def summarise(
         self, section: MechanismSection, context: RunContext, outputs: Outputs, *, level: float

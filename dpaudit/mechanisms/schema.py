@@ -166,6 +166,11 @@ class MechanismSection(Table):
     ``[mechanism.floating]`` (:class:`FloatingSection`) scores a textbook floating-point
     Laplace sampler's outputs by which input could have produced them
     (``docs/bug-hunting.md``).
+
+    ``claim_curve`` (default true) also holds the scores against the exact trade-off curve
+    the claim declares, where one is known (a one-dimensional Laplace claimed (ε, δ)-DP; a
+    Gaussian claimed (ε, δ > 0)-DP or ρ-zCDP): one more share of the verdict's budget
+    (:func:`dpaudit.mechanisms.summary.declared_curve`). ``false`` leaves it out.
     """
 
     name: str
@@ -190,6 +195,7 @@ class MechanismSection(Table):
     fit_fraction: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None
     trials: Annotated[int, Field(ge=2, le=100_000_000)] = 100_000
     threshold: Literal["split", "bonferroni"] = "split"
+    claim_curve: bool = True
     claim: MechanismClaim | None = None
     search: SearchSection | None = None
     floating: FloatingSection | None = None

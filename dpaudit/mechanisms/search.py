@@ -779,7 +779,8 @@ def search_plan(section: MechanismSection, context: RunContext) -> UnitPlan:
         units=tuple(f"mechanism-{i:05d}" for i in range(n)),
         key_data={
             **spec.model_dump(
-                mode="json", exclude={"base_dir": True, "section": {"learner", "fit_fraction"}}
+                mode="json",
+                exclude={"base_dir": True, "section": {"learner", "fit_fraction", "claim_curve"}},
             ),
             "mechanism_file": plugin_digest(section.name, base_dir=context.base_dir),
             **{

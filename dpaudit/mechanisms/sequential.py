@@ -8,7 +8,10 @@ once, and the audit stops at the first round where
 
 - an in-verdict lower bound exceeds its upper bound (``violation``: the claim is refuted),
 - a lower bound reaches what ``[audit] certify_tightness`` (a share of its upper bound) or
-  ``certify_epsilon`` asks (``target``: certified),
+  ``certify_epsilon`` asks (``target``: certified), either through the rate limits or
+  through the target's betting e-process (:class:`dpaudit.sequential.TargetTest`: its
+  threshold is re-chosen before every round from the earlier ones and it spends 3/4 of
+  the comparison's 1 − level, the rate limits the rest),
 - or the cap is reached (``cap``).
 
 The decision is a deterministic function of the stored rounds (:func:`outcome`), asked by
@@ -93,7 +96,7 @@ def plan_rounds(section: MechanismSection, context: RunContext) -> UnitPlan:
     )
     key = spec.model_dump(
         mode="json",
-        exclude={"base_dir": True, "section": {"trials", "claim", "threshold"}},
+        exclude={"base_dir": True, "section": {"trials", "claim", "threshold", "claim_curve"}},
     )
     return UnitPlan(
         fn=mechanism_unit,

@@ -23,6 +23,12 @@ With ``score = "learned"`` the units hold raw outputs and a score is first fitte
 trials that are never counted (:func:`learned_bounds`): in memory, a seeded share of each
 arm's trials (:func:`dpaudit.bounds.learned_lower_bounds`); streamed, the first units by
 index (:func:`learned_streamed`). Either way the rest goes through the path above.
+
+Where the claim declares an exact trade-off curve (:func:`declared_curve`: a 1-D Laplace
+claimed (ε, δ)-DP, a Gaussian claimed (ε, δ > 0)-DP or ρ-zCDP), the same trials, or the
+same streamed counts, are also held against it (:mod:`dpaudit.claim_curve`): one more
+share of the verdict's budget, which the kind's ``comparisons`` counts through the same
+:func:`declared_curve`.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -47,6 +53,18 @@ from dpaudit.bounds import (
     learned_lower_bounds,
     score_with,
 )
+from dpaudit.claim_curve import (
+    ClaimCurve,
+    Criterion,
+    claim_curve_test,
+    claim_curve_test_from_grid,
+    declared_curve_bound,
+    gdp_claim,
+    gdp_curve_parameter,
+    laplace_claim,
+    laplace_curve_parameter,
+    laplace_epsilon_of_claim,
+)
 from dpaudit.errors import DpauditError
 from dpaudit.identification import IDENTIFIABLE_MECHANISMS, identify_mechanism
 from dpaudit.kinds.base import KindSummary, Outputs, RunContext, unit_index
@@ -56,6 +74,7 @@ from dpaudit.mechanisms.schema import (
     EXACT_TRIALS_LIMIT,
     FIT_FRACTION,
     FIT_TRIALS_LIMIT,
+    GAUSSIAN,
     LEARNED,
     LOCAL,
     MechanismSection,
@@ -72,9 +91,10 @@ from dpaudit.results import (
     score_summary_from_counts,
     theory_curves,
 )
+from dpaudit.theory import gdp_mu
 from dpaudit.threshold_search import ScoreSketch
 from dpaudit.tradeoff import GridCounts, as_scores
-from dpaudit.upper_bounds import Claim
+from dpaudit.upper_bounds import Claim, UpperBound
 
 #: Trials per arm up to which every score is held in memory and every distinct threshold
 #: is searched (the exact path, whose results the shipped audits' goldens fix). Its
@@ -99,15 +119,17 @@ def mechanism_summary(
     entered = in_verdict(upper)
     label = f"{mech.name} mechanism"
     learned_notes: tuple[str, ...] = ()
+    # What the claim-curve test counts: the scores, or a streamed run's counts.
+    evidence: Evidence | None = None
     if context.sequential is not None:
         eps_lb, mu_lb, summary = _sequential(section, context, outputs, level=level, label=label)
     elif section.score == LEARNED:
-        eps_lb, mu_lb, summary, learned_notes = learned_bounds(
+        eps_lb, mu_lb, summary, learned_notes, evidence = learned_bounds(
             section, context, outputs, delta=upper.epsilon_delta, level=level, label=label
         )
     elif section.trials <= EXACT_TRIALS_LIMIT or len(outputs) < 2:
         # One unit holds every trial anyway: no streaming can make it smaller.
-        eps_lb, mu_lb, summary = _in_memory(
+        eps_lb, mu_lb, summary, evidence = _in_memory(
             section, context, outputs, delta=upper.epsilon_delta, level=level, label=label
         )
     else:
@@ -117,6 +139,7 @@ def mechanism_summary(
         counts = stream_counts(outputs, design)
         eps_lb, mu_lb = streamed_bounds(counts, delta=upper.epsilon_delta, confidence_level=level)
         summary = _streamed_test(label, counts, context)
+        evidence = counts
     source = upper.source
     comparisons = [
         Comparison(
@@ -136,6 +159,13 @@ def mechanism_summary(
             in_verdict=entered["mu"],
         ),
     ]
+    curve = declared_curve(section, context, upper)
+    if curve is not None:
+        # the kind's `comparisons` counted this share through the same declared_curve
+        assert evidence is not None  # declared_curve is None on the sequential path
+        comparisons.append(
+            _declared_curve_comparison(curve, evidence, section, context, level=level, label=label)
+        )
     claim = Claim(**upper.detail["claim"])
     if mu_lb.value > 0 and claim.mu is not None:
         # Informational, outside the verdict: the ε that μ_LB implies IF the trade-off
@@ -183,7 +213,7 @@ def _in_memory(
     delta: float,
     level: float,
     label: str,
-) -> tuple[EpsilonBound, MuBound, TestSummary]:
+) -> tuple[EpsilonBound, MuBound, TestSummary, Evidence]:
     """The exact path: every score in memory, every distinct threshold searched."""
     # In unit order (the plan's, by number): the same as by name below 10⁵ units.
     parts = [outputs[u] for u in outputs]
@@ -208,7 +238,7 @@ def _in_memory(
         confidence_level=context.confidence_level,
         hypotheses=("D", "D'"),
     )
-    return eps_lb, mu_lb, summary
+    return eps_lb, mu_lb, summary, (neg, pos)
 
 
 def _sequential(
@@ -415,14 +445,15 @@ def learned_bounds(
     delta: float,
     level: float,
     label: str,
-) -> tuple[EpsilonBound, MuBound, TestSummary, tuple[str, ...]]:
+) -> tuple[EpsilonBound, MuBound, TestSummary, tuple[str, ...], Evidence]:
     """``score = "learned"``: fit a score on trials that are never counted, then bound.
 
     The units hold raw outputs. In memory (up to :data:`EXACT_TRIALS_LIMIT` trials per
     arm, or fewer than three units) the fitting trials are a seeded share of each arm
     (:func:`~dpaudit.bounds.learned_lower_bounds`); above it, the first units
     (:func:`learned_streamed`). Returns the bounds, the test's summary of the scored
-    trials, and the learner's warnings.
+    trials, the learner's warnings, and what the claim-curve test counts (the scored
+    trials, or the streamed counts).
     """
     from dpaudit.mechanisms.learned import LearnedScore, fit_score
 
@@ -472,7 +503,9 @@ def learned_bounds(
     ).with_details(learned={**learned, "fit": result.epsilon.details["fit"]})
     eps_lb = replace(result.epsilon, details={**result.epsilon.details, "learned": learned})
     mu_lb = replace(result.mu, details={**result.mu.details, "learned": learned})
-    return eps_lb, mu_lb, summary, score.warnings
+    # the scores of the trials never fitted on: the score is independent of them
+    scored = (result.negative_scores, result.positive_scores)
+    return eps_lb, mu_lb, summary, score.warnings, scored
 
 
 class ScoredUnits(Mapping[str, Mapping[str, np.ndarray]]):
@@ -522,7 +555,7 @@ def learned_streamed(
     delta: float,
     level: float,
     label: str,
-) -> tuple[EpsilonBound, MuBound, TestSummary, tuple[str, ...]]:
+) -> tuple[EpsilonBound, MuBound, TestSummary, tuple[str, ...], Evidence]:
     """The learned score above :data:`EXACT_TRIALS_LIMIT` trials per arm.
 
     The first units (:func:`fit_units`; their first ``min(fraction·trials,
@@ -574,6 +607,169 @@ def learned_streamed(
         replace(mu_lb, details={**mu_lb.details, **more}),
         summary,
         score.warnings,
+        counts,
+    )
+
+
+# ------------------------------------------------------------------ the claim's curve
+
+#: What a claim-curve test counts: the scores of both arms, or a streamed run's counts.
+Evidence = tuple[np.ndarray, np.ndarray] | StreamedCounts
+
+
+@dataclass(frozen=True)
+class DeclaredCurve:
+    """The exact trade-off curve a built-in mechanism's claim declares, as a family.
+
+    Attributes:
+        family: θ ↦ the declared mechanism's curve at θ (falling as θ rises).
+        claimed: the θ the claim allows at most.
+        parameter: ``"epsilon"`` (Laplace's ε₀) or ``"mu"`` (the Gaussian's μ).
+        source: where ``claimed`` comes from, in words (the comparison's upper source).
+        assumption: what the bound's value (not its violation) assumes, in words.
+        criterion: the threshold rule: the family's parameter at a point, which ranks
+            the thresholds whose points lie above the claimed curve too.
+    """
+
+    family: Callable[[float], ClaimCurve] = field(repr=False)
+    claimed: float
+    parameter: str
+    source: str
+    assumption: str
+    criterion: Criterion = field(repr=False)
+
+
+def _one_dimensional_laplace(section: MechanismSection) -> bool:
+    """A Laplace built-in whose two inputs differ in one coordinate: its trade-off curve
+    is exactly the 1-D Laplace curve at ε₀ = distance / scale. (In d dimensions the
+    curve is a product of 1-D Laplace curves, which no closed form here covers.)"""
+    if section.name == "laplace":
+        return section.query is None or len(section.query[0]) == 1
+    return section.name == "local-laplace" and local_pair(section)[1] == 1
+
+
+def declared_curve(
+    section: MechanismSection, context: RunContext, upper: UpperBound
+) -> DeclaredCurve | None:
+    """The claim's exact trade-off curve where one is known, else ``None``: decides, for
+    the kind's ``comparisons`` and for :func:`mechanism_summary` alike, whether the
+    claim-curve comparison takes a share of the verdict's budget.
+
+    The curve is read from the CLAIM (``[mechanism.claim]``, else the built-in's own
+    guarantee) and the mechanism the table DECLARES, never from the noise that ran:
+
+    - one-dimensional Laplace claimed (ε, δ)-DP: the Laplace curve at
+      ε₀ = ε − 2 ln(1 − δ) (:func:`dpaudit.claim_curve.laplace_epsilon_of_claim`), above
+      f_{ε,δ} between its corners;
+    - Gaussian claimed (ε, δ > 0)-DP: G_μ at μ = μ(ε, δ), the μ whose GDP profile reaches
+      δ at ε (Dong, Roth, Su 2022, Cor. 2.13: a Gaussian mechanism is (ε, δ)-DP iff its μ
+      is at most that); claimed ρ-zCDP: G_μ at μ = √(2ρ) (its Rényi divergence at order α
+      is αμ²/2, Bun, Steinke 2016, Prop. 1.6); the smaller μ when the claim also states
+      one.
+
+    None where the test would repeat a comparison already in the verdict: against
+    f_{ε,δ} a point is below the curve exactly when ε_LB > ε (Kairouz, Oh, Viswanath
+    2015, Thm. 2.1), so a plain (ε, δ) claim, and binary randomized response, whose
+    curve IS f_{ε,0}, add nothing; against G_μ of a μ claim a point is below exactly when
+    μ_LB > μ. None also with ``claim_curve = false``, for user mechanisms (no declared
+    curve), the other local randomisers, a search, and sequential stopping (whose rounds
+    spend the budget their own way).
+    """
+    if not section.claim_curve or section.search is not None or context.sequential is not None:
+        return None
+    if section.score not in (None, LEARNED):
+        return None
+    claim = Claim(**upper.detail["claim"])
+    rho = section.claim.rho if section.claim is not None else None
+    if section.name in ("laplace", "local-laplace") and _one_dimensional_laplace(section):
+        if rho is not None or claim.epsilon is None or not 0 < claim.epsilon < math.inf:
+            return None
+        e0 = laplace_epsilon_of_claim(claim.epsilon, claim.delta)
+        stated = f"ε = {claim.epsilon:g}, δ = {claim.delta:g}"
+        return DeclaredCurve(
+            laplace_claim,
+            e0,
+            "epsilon",
+            f"{upper.source} Laplace mechanism's exact curve ({stated} → ε₀ = {e0:.4g})",
+            "assumes the mechanism is the Laplace mechanism it declares (only its ε₀ unknown)",
+            laplace_curve_parameter,
+        )
+    if section.name not in GAUSSIAN:
+        return None
+    candidates: list[tuple[float, str]] = []
+    if rho is not None:
+        candidates.append((math.sqrt(2.0 * rho), f"ρ = {rho:g} zCDP → μ = √(2ρ)"))
+    elif claim.epsilon is not None and math.isfinite(claim.epsilon) and claim.delta > 0:
+        mu = gdp_mu(claim.epsilon, claim.delta)
+        stated = f"ε = {claim.epsilon:g}, δ = {claim.delta:g}"
+        candidates.append((mu, f"{stated} → μ(ε, δ)"))
+    if not candidates:
+        return None
+    mu_c, why = min(candidates)
+    if not mu_c > 0 or (claim.mu is not None and claim.mu <= mu_c):
+        return None  # the μ comparison already tests this curve
+    return DeclaredCurve(
+        gdp_claim,
+        mu_c,
+        "mu",
+        f"{upper.source} Gaussian mechanism's exact curve G_μ ({why} = {mu_c:.4g})",
+        "assumes the mechanism is the Gaussian mechanism it declares (only its μ unknown)",
+        gdp_curve_parameter,
+    )
+
+
+def _declared_curve_comparison(
+    curve: DeclaredCurve,
+    evidence: Evidence,
+    section: MechanismSection,
+    context: RunContext,
+    *,
+    level: float,
+    label: str,
+) -> Comparison:
+    """The trials held against the declared curve at the verdict's per-bound level
+    (:func:`dpaudit.claim_curve.declared_curve_bound`): a value above the claimed
+    parameter means a point below the claimed curve."""
+    claim = curve.family(curve.claimed)
+    # Too few trials raise here as they do for the ε bound (the same least design, which
+    # the ε bound of the same trials checks first).
+    if isinstance(evidence, StreamedCounts):
+        design = evidence.design
+        test = claim_curve_test_from_grid(
+            evidence.selection if design.threshold == "split" else None,
+            evidence.counted,
+            claim=claim,
+            confidence_level=level,
+            criterion=curve.criterion,
+            details={
+                "streamed": True,
+                "units": len(design.grid_units) + len(design.counted_units),
+                "grid_units": len(design.grid_units),
+            },
+        )
+    else:
+        test = claim_curve_test(
+            *evidence,
+            claim=claim,
+            confidence_level=level,
+            threshold=section.threshold,
+            seed=context.seed,
+            criterion=curve.criterion,
+        )
+    lower = declared_curve_bound(
+        test,
+        family=curve.family,
+        claimed=curve.claimed,
+        parameter=curve.parameter,
+        assumption=curve.assumption,
+    )
+    return Comparison(
+        test=f"{label} (claim curve)",
+        parameter=curve.parameter,
+        lower=lower,
+        upper=curve.claimed,
+        upper_source=curve.source,
+        in_verdict=True,
     )
 
 
