@@ -10,6 +10,8 @@ repeat costs only the rounds it reads. Repeat i uses audit seed i.
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sequential.py monitor --repeats 1000
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sequential.py monitor --mechanism laplace
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sequential.py certify --seeds 20
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sequential.py certify --seeds 100
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sequential.py certify-monitor --repeats 1000
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sequential.py dpsgd --seeds 20
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sequential.py control --repeats 1000
 
@@ -22,6 +24,9 @@ ran), with the records of the claimed σ; the decision is the audit's own
 runs one seed through ``dpaudit run`` with real training.
 
 ``control``: the power control of the monitored validity test (see :func:`control`).
+
+``certify-monitor``: the validity of certification under monitoring (see
+:func:`certify_monitor`).
 """
 
 from __future__ import annotations
@@ -41,7 +46,10 @@ from dpaudit.mechanisms.schema import MechanismSection
 from dpaudit.mechanisms.sequential import outcome, plan_rounds
 from dpaudit.mechanisms.units import mechanism_unit
 from dpaudit.planning import plan_trials
-from dpaudit.sequential import select_threshold
+from dpaudit.sequential import SequentialRule, select_threshold
+
+#: The share of a comparison's 1 − level its target test spends (the rule's default).
+TARGET_SHARE = SequentialRule("epsilon", 0.0, 0.5).target_share
 
 
 class LazyRounds(Mapping[str, Mapping[str, np.ndarray]]):
@@ -215,15 +223,99 @@ def certify(seeds: int) -> None:
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         used = [r.trials for r in runs]
         why = [r.decision for r in runs]
+        by_test = sum(
+            r.decision == "target"
+            and r.paths["epsilon"][-1].log_evalue is not None
+            and r.paths["epsilon"][-1].log_evalue >= -np.log((1 - level) * TARGET_SHARE)
+            for r in runs
+        )
         plan = plan_trials(tight, 0.0, level, tradeoff="laplace", mechanism_epsilon=1.0)
+        within = float(np.mean(np.asarray(used) <= plan.trials_per_arm))
         print(
             f"certify eps_LB >= {tight} eps (Laplace eps=1, rounds of {rt}): median "
             f"{np.median(used):.0f}, mean {np.mean(used):.0f}, p95 {np.quantile(used, 0.95):.0f} "
-            f"trials per arm over {seeds} seeds ({why.count('target')} certified); fixed plan "
-            f"(dpaudit plan, split, level {level}): {plan.trials_per_arm}; audits/laplace.toml: "
-            f"100000; {cpu:.1f} s CPU, {wall:.1f} s wall, {load()}",
+            f"trials per arm over {seeds} seeds ({why.count('target')} certified, "
+            f"{by_test} by the target's e-process); fixed plan (dpaudit plan, split, level "
+            f"{level}): {plan.trials_per_arm}, reached by then in {within:.2f} of the seeds; "
+            f"audits/laplace.toml: 100000; {cpu:.1f} s CPU, {wall:.1f} s wall, {load()}",
             flush=True,
         )
+
+
+class PeekingTarget:
+    """The power control of :func:`certify_monitor`: the target test's capital with each
+    bet chosen on the round it bets on (not predictable: what the validity argument
+    forbids). Wraps a :class:`dpaudit.sequential.TargetTest`."""
+
+    def __init__(self, test) -> None:
+        self.test = test
+
+    def add(self, neg: np.ndarray, pos: np.ndarray) -> None:
+        t = self.test
+        saved = (t.ge_neg.copy(), t.ge_pos.copy(), t.n_neg, t.n_pos)
+        t.ge_neg[:], t.ge_pos[:], t.n_neg, t.n_pos = 0.0, 0.0, 0, 0
+        t._count(neg, pos)
+        bet = t.bet()
+        t.ge_neg, t.ge_pos, t.n_neg, t.n_pos = saved
+        if bet is not None:
+            up = bet.direction == "up"
+            x = (neg >= bet.threshold) if up else (pos < bet.threshold)
+            y = (pos >= bet.threshold) if up else (neg < bet.threshold)
+            t.log_evalue += float(np.sum(np.log1p(bet.stake * (y - bet.slope * x - bet.intercept))))
+            t.max_log_evalue = max(t.max_log_evalue, t.log_evalue)
+        t._count(neg, pos)
+
+
+def certify_monitor(repeats: int, mechanism: str) -> None:
+    """A mechanism exactly at the target: randomized response p = e/(1 + e) or Laplace, both
+    ε = 1, claim ε = 1, asked to certify ε ≥ 1 (``certify_epsilon = 1``: the target test's
+    null boundary, where every threshold of RR and every t ≥ 1 of Laplace sits on the
+    line), looked at after every round of 50 up to 2,000 per arm. A "target" decision here
+    certifies a value the mechanism only just has: its share must stay ≤ 1 − c. Power
+    control: the same rounds, the target test's capital with bets chosen on the round they
+    bet on, at the same level share."""
+    from dpaudit.sequential import TargetTest
+
+    if mechanism == "rr":
+        p = float(np.e / (1 + np.e))
+        sec = section(name="randomized-response", p=p, trials=2_000, claim={"epsilon": 1.0})
+    else:
+        sec = section(name="laplace", epsilon=1.0, trials=2_000, claim={"epsilon": 1.0})
+    level = 1 - 0.05 / 2
+    c0, w0 = time.process_time(), time.perf_counter()
+    certified = peeked = 0
+    for s in range(repeats):
+        ctx = context(s, 50, certify_epsilon=1.0)
+        plan = plan_rounds(sec, ctx)
+        rounds = LazyRounds(plan)
+        r = outcome(sec, ctx, rounds, level=level)
+        certified += r.decision == "target"
+        first = rounds[plan.units[0]]
+        peek = PeekingTarget(
+            TargetTest(
+                first["negative"],
+                first["positive"],
+                parameter="epsilon",
+                target=1.0,
+                delta=0.0,
+                level=1 - (1 - level) * TARGET_SHARE,
+            )
+        )
+        for unit in plan.units[1:]:
+            part = rounds[unit]
+            peek.add(np.asarray(part["negative"], float), np.asarray(part["positive"], float))
+        peeked += peek.test.certified
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    hi = stats.beta.ppf(0.95, certified + 1, repeats - certified)
+    lo = stats.beta.ppf(0.05, peeked, repeats - peeked + 1) if peeked else 0.0
+    print(
+        f"monitored certification at the boundary ({mechanism}, eps=1, claim 1, certify eps >= "
+        f"1), {repeats} audits, rounds of 50 to 2,000 per arm (39 looks): 'target' decisions "
+        f"{certified}/{repeats} (95% upper limit {hi:.4f} vs 1 - c = 0.05); power control, bets "
+        f"chosen on their own round: {peeked}/{repeats} certified (95% lower limit {lo:.4f}); "
+        f"{cpu:.1f} s CPU, {wall:.1f} s wall, {load()}",
+        flush=True,
+    )
 
 
 # ------------------------------------------------------------------ DP-SGD, sequential
@@ -436,7 +528,9 @@ def main() -> None:
     import threadpoolctl  # noqa: F401  (OMP_NUM_THREADS=1 is set by the command line)
 
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=["detect", "monitor", "certify", "dpsgd", "control"])
+    p.add_argument(
+        "what", choices=["detect", "monitor", "certify", "dpsgd", "control", "certify-monitor"]
+    )
     p.add_argument("--seeds", type=int, default=50)
     p.add_argument("--repeats", type=int, default=1000)
     p.add_argument("--mechanism", choices=["rr", "laplace"], default="rr")
@@ -452,6 +546,7 @@ def main() -> None:
         "certify": lambda: certify(a.seeds),
         "dpsgd": lambda: dpsgd(a.seeds, a.sigma, a.round_trials, divisor=a.divisor),
         "control": lambda: control(a.repeats, a.epsilon, a.cap),
+        "certify-monitor": lambda: certify_monitor(a.repeats, a.mechanism),
     }[a.what]()
 
 

@@ -84,6 +84,10 @@ def test_certify_target_stops_a_passing_audit(tmp_path: Path) -> None:
     last = seq["path"][decided][-1]
     assert last["value"] >= seq["targets"][decided]
     assert seq["trials_used"]["negative"] < 20_000
+    # the target's betting e-process ran beside the rate limits and says what it reached
+    bound = next(c for c in result.comparisons if c.parameter == decided).lower
+    assert last["log_evalue"] == bound.details["target_test"]["log_evalue"]
+    assert bound.details["target_test"]["certified"] == (last["value"] >= seq["targets"][decided])
     assert seq["fixed_plan"]["epsilon"]["trials_per_arm"] > 0
 
 
