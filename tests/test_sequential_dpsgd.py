@@ -25,7 +25,8 @@ from dpaudit.sequential import SequentialRule, run_rounds
 
 AUDITS = Path(__file__).resolve().parent.parent / "audits"
 
-# σ = 1 stated, σ/3 run (audits/plugins/halved_noise_dpsgd.py); Poisson q = 8/32, T = 8.
+# σ = 1 stated, σ/2 run (audits/plugins/halved_noise_dpsgd.py); Poisson q = 8/32, T = 8. At
+# σ/3 the claim-curve test decides on the first counted round, leaving no rounds to resume.
 VIOLATION = """
 [audit]
 name = "seq-dpsgd"
@@ -41,7 +42,7 @@ canary = "dirac"
 threat_model = "white-box"
 rows = 32
 trials = {cap}
-options = {{ noise_divisor = 3 }}
+options = {{ noise_divisor = 2 }}
 
 [dpsgd.training]
 epochs = 2
@@ -77,11 +78,17 @@ def test_violation_stops_early_records_its_path_and_verifies(fresh) -> None:
     assert seq["trials_used"]["negative"] == 50 * seq["rounds"] < 2000
     path = seq["path"][seq["decided_by"]]
     assert [p["decision"] for p in path] == ["continue"] * (len(path) - 1) + ["violation"]
-    decided = next(c for c in result.comparisons if c.parameter == seq["decided_by"])
+    curve = seq["decided_by"] == "claim-curve"  # the claim-curve comparison is an ε row
+    decided = next(
+        c
+        for c in result.comparisons
+        if (c.test.endswith("(claim curve)") if curve else c.parameter == seq["decided_by"])
+    )
     assert decided.in_verdict
     assert decided.lower.value > decided.upper
-    assert decided.lower.method == "beta-binomial-mixture-cs"
-    assert decided.lower.confidence_level == pytest.approx(0.975)  # ε and μ share 0.05
+    assert decided.lower.method == ("claim-curve-cs" if curve else "beta-binomial-mixture-cs")
+    # ε, μ and the claim curve share 0.05
+    assert decided.lower.confidence_level == pytest.approx(1 - 0.05 / 3)
     # only the rounds used were trained; verify recomputes the same result from them
     assert result.provenance["units"]["dpsgd"]["computed"] == seq["rounds"]
     assert verify_run(run) == []
@@ -119,7 +126,7 @@ def test_the_verdict_shares_are_fixed_before_any_model_and_one_run_is_refused(
         base_dir=AUDITS,
         sequential=SequentialSettings(round_trials=50),
     )
-    assert DpsgdKind().comparisons(section, ctx, {}) == 2  # many-run ε and μ
+    assert DpsgdKind().comparisons(section, ctx, {}) == 3  # many-run ε, μ, claim curve
     # the cap is not part of the rounds' key: a larger cap finds the same rounds
     small, large = (
         plan_rounds(section, ctx),

@@ -10,18 +10,24 @@ first round where
 
 - an ε or μ lower bound exceeds the upper bound read from what the models RAN (their
   DPSGDRecords through the accountant, or their Claim: ``violation``, exit 1),
+- a point of the sequential claim-curve test (:mod:`dpaudit.sequential_curve`: the
+  anytime-valid limits of FPR and FNR at a few thresholds placed on round 0) lies below
+  the accountant's whole trade-off curve of what the records say ran (``violation``,
+  exit 1): far more powerful than μ when the run departs from its records in the middle
+  of the curve rather than in a far tail,
 - a lower bound reaches what ``certify_tightness`` or ``certify_epsilon`` asks
   (``target``),
 - or the cap, ``[dpsgd] trials`` rounded up to whole rounds, is reached (``cap``).
 
 What enters the verdict is fixed before any model trains, since the verdict's per-bound
-level must be known when the first decision is taken: the many-run ε and μ comparisons,
-two shares of the budget, whatever the records say (an infinite upper bound then holds
-its share unused: conservative). The grey-box p-value tests would need their shares
-counted from observations not yet made, so a sequential audit reports only the
-deterministic grey-box checks (and a stated claim against the records); run the fixed
-design for the others. The one-run audit is a single training run with nothing to
-sequence: it is refused here.
+level must be known when the first decision is taken: the many-run ε, μ and claim-curve
+comparisons, three shares of the budget as in the fixed design (:mod:`dpaudit.dpsgd
+.summary`), whatever the records say (an infinite upper bound, or records without a
+DP-SGD curve, then hold their share unused: conservative). The grey-box p-value
+tests would need their shares counted from observations not yet made, so a sequential
+audit reports only the deterministic grey-box checks (and a stated claim against the
+records); run the fixed design for the others. The one-run audit is a single training
+run with nothing to sequence: it is refused here.
 
 The decision is a deterministic function of the stored rounds (:func:`outcome`): a run
 killed with ``kill -9`` resumes from its stored rounds with the same decisions, and a rerun
@@ -50,17 +56,29 @@ from dpaudit.kinds.base import (
     unit_index,
 )
 from dpaudit.plugins import plugin_digest
+from dpaudit.records import DPSGDRecord
 from dpaudit.sequential import (
+    ExtraTest,
     RoundsOutcome,
     SequentialRule,
     default_tuned_trials,
     outcome_bound,
     run_rounds,
 )
+from dpaudit.sequential_curve import (
+    CURVE_METHOD,
+    CurvePoint,
+    CurveRule,
+    SequentialCurveTest,
+    curve_thresholds,
+    dpsgd_curve_bound,
+    dpsgd_curve_rule,
+)
 from dpaudit.upper_bounds import UpperBound
 
 __all__ = [
     "COMPARISONS",
+    "CURVE",
     "check_sequential",
     "outcome",
     "plan_rounds",
@@ -69,8 +87,11 @@ __all__ = [
     "stop_reason",
 ]
 
-#: In-verdict comparisons of a sequential dpsgd audit: many-run ε and μ, fixed in advance.
-COMPARISONS = 2
+#: In-verdict comparisons of a sequential dpsgd audit, fixed in advance: many-run ε, μ and
+#: the claim curve (the fixed design's three many-run shares).
+COMPARISONS = 3
+#: The name of the sequential claim-curve test in the outcome's paths and results.json.
+CURVE = "claim-curve"
 
 
 def settings(context: RunContext) -> SequentialSettings:
@@ -182,12 +203,64 @@ def _rules(upper: UpperBound, s: SequentialSettings, *, level: float) -> dict[st
     return rules
 
 
+def _round0_record(outputs: Outputs) -> DPSGDRecord | None:
+    """The least private record of round 0's models (smallest σ, largest q and T), whose
+    trade-off curve the claim-curve test holds against; None when round 0's units carry
+    no DP-SGD records with σ > 0 (the test's share is then held unused)."""
+    from dpaudit.dpsgd.summary import StoredUnits, _curve_record
+
+    first = outputs[_ordered(outputs)[0]]
+    return _curve_record(StoredUnits((first,), None, None, ()))
+
+
+def _curve_rule(
+    record: DPSGDRecord | None, s: SequentialSettings, *, level: float
+) -> CurveRule | None:
+    if record is None:
+        return None
+    return dpsgd_curve_rule(
+        noise_multiplier=record.noise_multiplier,
+        sampling_rate=record.sampling_rate,
+        steps=record.steps,
+        level=level,
+        tuned_trials=default_tuned_trials(s.round_trials),
+    )
+
+
+def _run(
+    rounds: list[tuple[np.ndarray, np.ndarray]],
+    rules: dict[str, SequentialRule],
+    curve: CurveRule | None,
+    *,
+    last_round: int,
+) -> RoundsOutcome:
+    """Feed the stored rounds in order to the ε and μ tests and the claim-curve test;
+    stop at the first round where the combined decision is not ``"continue"`` (every test
+    here is in the verdict).
+
+    The claim-curve test has no single upper value (its decision is a point below a
+    curve) and no target to certify; each test's limits hold at every round at once, so
+    stopping on whichever decides first keeps each one's level, and the verdict's union
+    bound over the three shares holds as in the fixed design.
+    """
+    extra = {}
+    if curve is not None:
+        extra[CURVE] = ExtraTest(
+            start=lambda neg, pos: SequentialCurveTest(neg, pos, curve), level=curve.level
+        )
+    entered = dict.fromkeys([*rules, *extra], True)
+    return run_rounds(rounds, rules, entered=entered, last_round=last_round, extra=extra)
+
+
 def outcome(
     section: DpsgdSection, context: RunContext, outputs: Outputs, *, level: float
 ) -> tuple[RoundsOutcome, UpperBound]:
     """The sequential test after the stored rounds, and the upper bound it was held
     against (read from what round 0's models ran: every round trains the same way, and
     a later round's records are checked against it by the summary's claim check).
+
+    The outcome's paths hold ``"epsilon"``, ``"mu"`` and, when round 0's records state a
+    DP-SGD run, :data:`CURVE` (:mod:`dpaudit.sequential_curve`).
 
     Raises:
         DpauditError: a stored round is missing (the rounds are not 0, 1, 2, ...).
@@ -197,11 +270,13 @@ def outcome(
     names = _ordered(outputs)
     upper = _many_run_upper([outputs[names[0]]], context.delta)
     assert upper is not None  # one many-run unit at least
-    rules = _rules(upper, settings(context), level=level)
-    result = run_rounds(
+    s = settings(context)
+    rules = _rules(upper, s, level=level)
+    curve = _curve_rule(_round0_record(outputs), s, level=level)
+    result = _run(
         [_arms(outputs[u]) for u in names],
         rules,
-        entered={p: True for p in rules},
+        curve,
         last_round=rounds_cap(section, context) - 1,
     )
     return result, upper
@@ -216,8 +291,14 @@ def stop_reason(
     return outcome(section, context, outputs, level=level)[0].decision
 
 
-def describe(section: DpsgdSection, context: RunContext, result: RoundsOutcome) -> dict[str, Any]:
-    """The ``sequential`` details of the test in results.json."""
+def describe(
+    section: DpsgdSection,
+    context: RunContext,
+    result: RoundsOutcome,
+    curve: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``sequential`` details of the test in results.json (``curve``: the claim-curve
+    test's own, or None when round 0's records state no DP-SGD run)."""
     s = settings(context)
     cap = rounds_cap(section, context) * s.round_trials
     return {
@@ -233,16 +314,17 @@ def describe(section: DpsgdSection, context: RunContext, result: RoundsOutcome) 
         "path": {p: [pt.to_dict() for pt in pts] for p, pts in result.paths.items()},
         # no closed-form trade-off curve of a trained model: no fixed plan to set beside
         "fixed_plan": {p: None for p in result.paths},
+        "claim_curve": curve,
     }
 
 
 def sequential_summary(
     section: DpsgdSection, context: RunContext, outputs: Outputs, *, level: float
 ) -> KindSummary:
-    """The many-run comparisons the sequential test stopped with (both in the verdict at
-    ``level``), its test with the ``sequential`` details, the deterministic grey-box checks
-    and the claim check, all of the rounds used (rounds stored after the decision are
-    never read).
+    """The many-run comparisons the sequential test stopped with (ε, μ and the claim curve,
+    all in the verdict at ``level``), its test with the ``sequential`` details, the
+    deterministic grey-box checks and the claim check, all of the rounds used (rounds
+    stored after the decision are never read).
 
     Raises:
         DpauditError: only round 0 is stored (no bound yet).
@@ -281,6 +363,10 @@ def sequential_summary(
             in_verdict=True,
         ),
     ]
+    curve_comparison, curve_details = _curve_comparison(
+        section, context, outputs, result, label=label, level=level
+    )
+    comparisons.append(curve_comparison)
     if mu_lb.value > 0 and upper.mu is not None and upper.mu_finite:
         comparisons.append(
             gdp_implied_comparison(label, mu_lb, upper.mu, delta=context.delta, source=upper.source)
@@ -290,7 +376,7 @@ def sequential_summary(
     pos = np.concatenate([p for _, p in parts])
     test = fixed._many_run_test(
         section, upper, neg, pos, mu_lb, context.confidence_level, context.base_dir
-    ).with_details(sequential=describe(section, context, result))
+    ).with_details(sequential=describe(section, context, result, curve_details))
     warnings = []
     if eps_lb.value == 0.0 and mu_lb.value == 0.0:
         warnings.append(null_result_warning(label, f"{result.trials} models per arm", eps_lb))
@@ -309,3 +395,82 @@ def sequential_summary(
     return KindSummary(
         (test,), tuple(comparisons), (), tuple(warnings), fixed._data_hash(section), checks=checks
     )
+
+
+def _curve_comparison(
+    section: DpsgdSection,
+    context: RunContext,
+    outputs: Outputs,
+    result: RoundsOutcome,
+    *,
+    label: str,
+    level: float,
+) -> tuple[Any, dict[str, Any] | None]:
+    """The claim-curve comparison the sequential test stopped with (in the verdict at
+    ``level``: its share is announced whatever the records say), and its details for
+    results.json.
+
+    Its lower bound is the accountant's ε of the effective noise multiplier σ′ when the
+    test stopped with a violation, else 0 (:func:`dpaudit.sequential_curve
+    .dpsgd_curve_bound`), held against the accountant's ε of what ran, as in the fixed
+    design. Without a DP-SGD record on round 0 nothing is tested: the bound is 0 against
+    no upper bound, its share unused.
+    """
+    from dpaudit.results import Comparison
+
+    test = f"{label} (claim curve)"
+    record = _round0_record(outputs)
+    if record is None or CURVE not in result.paths:
+        lower = EpsilonBound(
+            value=0.0,
+            confidence_level=level,
+            delta=context.delta,
+            method=CURVE_METHOD,
+            threshold="sequential",
+            validity="rigorous-multi-run",
+            details={"not_tested": "the records of round 0 state no DP-SGD run with σ > 0"},
+        )
+        source = "none: the records state no DP-SGD run whose curve could be tested"
+        comparison = Comparison(
+            test=test,
+            parameter="epsilon",
+            lower=lower,
+            upper=None,
+            upper_source=source,
+            in_verdict=True,
+        )
+        return comparison, None
+    first = outputs[_ordered(outputs)[0]]
+    rule = _curve_rule(record, settings(context), level=level)
+    assert rule is not None
+    thresholds = curve_thresholds(_arms(first)[0], rule.fpr_levels)
+    path = [p for p in result.paths[CURVE] if isinstance(p, CurvePoint)]
+    bound, accountant = dpsgd_curve_bound(
+        thresholds,
+        path,
+        noise_multiplier=record.noise_multiplier,
+        sampling_rate=record.sampling_rate,
+        steps=record.steps,
+        delta=context.delta,
+        level=level,
+        rounds=result.rounds,
+        stopped_because=result.decision,
+    )
+    details = {
+        "claim": bound.details["claim"],
+        "decision_curve": rule.curve.name,
+        "thresholds": [float(t) for t in thresholds],
+        "fpr_levels": list(rule.fpr_levels),
+        "level": rule.level,
+        "violated": path[-1].decision == "violation",
+    }
+    comparison = Comparison(
+        test=test,
+        parameter="epsilon",
+        lower=bound,
+        upper=accountant,
+        # the lower value reads σ′ through the accounted q and T; the violation does not
+        upper_source="accountant's trade-off curve of what ran (ε of the effective σ′)",
+        in_verdict=True,
+    )
+    return comparison, details
