@@ -28,6 +28,8 @@ EXPECTED_EXIT = {
     "laplace-violation": 1,
     "laplace-sequential-violation": 1,
     "dpsgd-sequential-violation": 1,
+    "dpsgd-sequential-claim-curve": 1,
+    "reconstruction-game-sequential": 1,
     "laplace-vector-violation": 1,
     "learned-rr-violation": 1,
     "learned-histogram-violation": 1,

@@ -42,25 +42,26 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
     section = ReconstructionSection
     description = "gradient inversion under defences, and an identification-game ε bound"
 
+    def check_runnable(self, section: ReconstructionSection, context: RunContext) -> None:
+        if context.sequential is not None:  # the game's rounds are what stop
+            from dpaudit.reconstruction.sequential import check_sequential
+
+            check_sequential(section)
+
     def plan(self, section: ReconstructionSection, context: RunContext) -> UnitPlan:
+        if context.sequential is not None:  # the game in rounds of a sequential test
+            from dpaudit.reconstruction.sequential import plan_rounds
+
+            return plan_rounds(section, context)
         from dpaudit.reconstruction.units import (
             GAMES_PER_UNIT,
             ReconstructionSpec,
+            descriptive_units,
             reconstruction_unit,
         )
 
         spec = ReconstructionSpec(section=section, seed=context.seed)
-        units = [
-            f"reconstruction-d{i}-{b:05d}"
-            for i in range(len(section.defences))
-            for b in range(section.batches)
-        ]
-        if section.scaling is not None:
-            units += [
-                f"reconstruction-s{j}-{b:05d}"
-                for j in range(len(section.scaling.cells))
-                for b in range(section.scaling.batches)
-            ]
+        units = descriptive_units(section)
         if section.game is not None:
             chunks = math.ceil(section.game.trials / GAMES_PER_UNIT)
             units += [f"reconstruction-game-{j:05d}" for j in range(chunks)]
@@ -90,6 +91,21 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
         from dpaudit.reconstruction.summary import reconstruction_summary
 
         return reconstruction_summary(section, context, outputs, level=level)
+
+    def is_sequential(self, section: ReconstructionSection, context: RunContext) -> bool:
+        return context.sequential is not None
+
+    def stop_reason(
+        self,
+        section: ReconstructionSection,
+        context: RunContext,
+        outputs: Outputs,
+        *,
+        level: float,
+    ) -> str:
+        from dpaudit.reconstruction.sequential import stop_reason
+
+        return stop_reason(section, context, outputs, level=level)
 
 
 KIND = ReconstructionKind()

@@ -3,7 +3,8 @@ with intervals, the lecture's complexity column and a few examples; the scaling 
 fitted slopes; and the identification game's ε lower bound held against the accountant.
 
 Only the game puts a bound into the verdict; :func:`verdict_comparisons` (the kind's
-``comparisons``) and the summary decide that through the same :func:`_in_verdict`.
+``comparisons``) and the summary decide that through the same
+:func:`~dpaudit.reconstruction.game.game_in_verdict`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from dpaudit.bounds import identification_epsilon_lower_bound
 from dpaudit.errors import DpauditError
 from dpaudit.kinds.base import KindSummary, Outputs, RunContext
+from dpaudit.reconstruction.game import fixed_game, game_in_verdict, game_upper_bound
 from dpaudit.reconstruction.methods import (
     Defence,
     best_multiple,
@@ -29,44 +30,20 @@ from dpaudit.reconstruction.methods import (
     psnr,
     summarise_errors,
 )
-from dpaudit.reconstruction.schema import INPUTS, GameTable, ReconstructionSection
+from dpaudit.reconstruction.schema import INPUTS, ReconstructionSection
+from dpaudit.reconstruction.sequential import sequential_game
 from dpaudit.reconstruction.units import build_defence
-from dpaudit.records import DPSGDRecord
 from dpaudit.results import Comparison, TestSummary, score_summary
-from dpaudit.upper_bounds import UpperBound, from_records
 
 #: How many examples of each defence row results.json keeps (true and reconstructed).
 _EXAMPLES = 4
-
-
-def game_upper_bound(game: GameTable, delta: float) -> UpperBound:
-    """The accountant's ε for one replace-one DP-SGD step with the CLAIMED σ.
-
-    Replacing a record moves the clipped sum by up to 2C, so the step with noise σC is
-    (2/σ)-GDP: an add/remove step with noise multiplier σ/2 (sampling rate 1, one step),
-    which :func:`~dpaudit.upper_bounds.from_records` accounts exactly (Dong, Roth, Su
-    2019, Cor. 2.13).
-    """
-    record = DPSGDRecord(
-        noise_multiplier=game.claimed / 2.0,
-        sampling_rate=1.0,
-        steps=1,
-        clipping_norm=game.clipping_norm,
-        sampling="full-batch",
-    )
-    return from_records([record], delta)
-
-
-def _in_verdict(upper: UpperBound) -> bool:
-    """The game's comparison enters the verdict where the accountant's ε is finite."""
-    return upper.epsilon_finite
 
 
 def verdict_comparisons(section: ReconstructionSection, delta: float) -> int:
     """How many comparisons the summary puts into the verdict: the game's, or none."""
     if section.game is None:
         return 0
-    return int(_in_verdict(game_upper_bound(section.game, delta)))
+    return int(game_in_verdict(game_upper_bound(section.game, delta)))
 
 
 _ERROR_NAMES = {
@@ -150,8 +127,13 @@ def reconstruction_summary(
         scaling_test, scaling_warnings = _scaling_test(section, context, outputs)
         tests.append(scaling_test)
         warnings += scaling_warnings
-    if section.game is not None:
-        test, comparison, warning = _game(section.game, context, outputs, level)
+    if section.game is not None and context.sequential is not None:
+        test, comparison, warning = sequential_game(section, context, outputs, level=level)
+        tests.append(test)
+        comparisons.append(comparison)
+        warnings += warning
+    elif section.game is not None:
+        test, comparison, warning = fixed_game(section.game, context, outputs, level)
         tests.append(test)
         comparisons.append(comparison)
         warnings += warning
@@ -259,56 +241,3 @@ def _scaling_test(
         }
     )
     return test, warnings
-
-
-def _game(
-    game: GameTable, context: RunContext, outputs: Outputs, level: float
-) -> tuple[TestSummary, Comparison, list[str]]:
-    parts = [outputs[u] for u in sorted(outputs) if u.startswith("reconstruction-game-")]
-    correct = int(sum(int(p["correct"].sum()) for p in parts))
-    trials = int(sum(p["correct"].size for p in parts))
-    upper = game_upper_bound(game, context.delta)
-    # One in-verdict comparison: the bound is taken at the budget's level.
-    bound = identification_epsilon_lower_bound(
-        correct, trials, candidates=game.candidates, delta=context.delta, confidence_level=level
-    )
-    label = (
-        f"identification game (k={game.candidates}, DP-SGD σ={game.claimed:g} claimed, "
-        f"C={game.clipping_norm:g})"
-    )
-    comparison = Comparison(
-        test=label,
-        parameter="epsilon",
-        lower=bound,
-        upper=upper.epsilon,
-        upper_source="accountant ε (replace-one: μ = 2/σ)",
-        in_verdict=_in_verdict(upper),
-    )
-    test = score_summary(
-        "reconstruction-game",
-        label,
-        np.concatenate([p["other_score"] for p in parts]),
-        np.concatenate([p["target_score"] for p in parts]),
-        confidence_level=context.confidence_level,
-        hypotheses=("another candidate", "the target"),
-    ).with_details(
-        reconstruction={
-            "game": game.model_dump(),
-            "correct": correct,
-            "trials": trials,
-            "success_rate": correct / trials,
-            "chance": 1.0 / game.candidates,
-            "accountant": {
-                "epsilon": upper.epsilon,
-                "delta": upper.epsilon_delta,
-                "mu": upper.mu,
-            },
-        }
-    )
-    warnings = []
-    if bound.value == 0.0:
-        warnings.append(
-            f"{label}: {correct} of {trials} identifications give no ε lower bound above 0 "
-            "at the verdict's confidence"
-        )
-    return test, comparison, warnings

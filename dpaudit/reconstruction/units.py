@@ -173,6 +173,55 @@ def game_unit(spec: ReconstructionSpec, unit: str) -> dict[str, np.ndarray]:
     )
 
 
+class SequentialReconstructionSpec(ReconstructionSpec):
+    """``[audit] stopping = "sequential"``: the game is played in rounds of
+    ``round_games`` games (:mod:`dpaudit.reconstruction.sequential`)."""
+
+    round_games: int
+
+
+def descriptive_units(section: ReconstructionSection) -> list[str]:
+    """The inversion units (per defence) and the scaling grid's: everything but the game."""
+    units = [
+        f"reconstruction-d{i}-{b:05d}"
+        for i in range(len(section.defences))
+        for b in range(section.batches)
+    ]
+    if section.scaling is not None:
+        units += [
+            f"reconstruction-s{j}-{b:05d}"
+            for j in range(len(section.scaling.cells))
+            for b in range(section.scaling.batches)
+        ]
+    return units
+
+
+def game_round_unit(spec: SequentialReconstructionSpec, unit: str) -> dict[str, np.ndarray]:
+    """Round j of a sequential game: ``round_games`` games from the round's own stream,
+    which depends on the seed and j only (never on the cap)."""
+    game = spec.section.game
+    assert game is not None  # planned only with a [reconstruction.game] table
+    return play_identification(
+        games=spec.round_games,
+        candidates=None,
+        k=game.candidates,
+        hidden=game.hidden,
+        noise_multiplier=game.noise_multiplier,
+        clipping_norm=game.clipping_norm,
+        target_value=game.target_value,
+        seed=stream_seed(spec.seed, _STREAM, 9, unit_index(unit)),
+    )
+
+
+def sequential_reconstruction_unit(
+    spec: SequentialReconstructionSpec, unit: str
+) -> dict[str, np.ndarray]:
+    """:func:`reconstruction_unit`, with the game's units played as sequential rounds."""
+    if unit.startswith("reconstruction-game-"):
+        return game_round_unit(spec, unit)
+    return reconstruction_unit(spec, unit)
+
+
 def reconstruction_unit(spec: ReconstructionSpec, unit: str) -> dict[str, np.ndarray]:
     """Dispatch on the unit's name: ``reconstruction-d<i>-<b>`` (defence i),
     ``reconstruction-s<j>-<b>`` (scaling cell j) or ``reconstruction-game-<j>``."""

@@ -187,7 +187,8 @@ def reconstruction_section(results: dict[str, Any]) -> dict[str, Any] | None:
                 }
             )
         elif "game" in rec:
-            games.append({"label": test.get("label"), **rec})
+            # a sequential game ([audit] stopping = "sequential") carries its path
+            games.append({"label": test.get("label"), **rec, "sequential": test.get("sequential")})
     if not rows and not scaling and not games:
         return None
     names = [n for n in dict.fromkeys(error_names) if n]
