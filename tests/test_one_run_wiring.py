@@ -299,8 +299,9 @@ def test_dpsgd_one_run_reports_both_and_spends_one_share(shift, violation) -> No
     level = 1 - (1 - CONTEXT.confidence_level) / announced
     summary = KIND.summarise(SECTION, CONTEXT, outputs, level=level)
     check_spending("dpsgd", announced, summary, level)  # raises if the share is overspent
-    eps, mu = summary.comparisons
+    eps, mu, gauss = summary.comparisons  # the Gaussian-pair μ: reported, never decides
     assert (eps.parameter, mu.parameter) == ("epsilon", "mu")
+    assert (gauss.lower.validity, gauss.in_verdict) == ("asymptotic-one-run", False)
     assert mu.upper == pytest.approx(1.0)  # √T/σ of the record
     assert eps.upper == pytest.approx(gdp_epsilon(1.0, 1e-5))
     assert [eps.in_verdict, mu.in_verdict].count(True) == 1

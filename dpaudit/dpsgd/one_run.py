@@ -17,6 +17,17 @@ share's confidence both hold at once, and a violation of either is a violation. 
 of the two that is the larger fraction of its upper bound enters the verdict
 (:func:`dpaudit.fdp_one_run.stronger`); the other is reported beside it. Without a finite
 μ upper bound ε takes the whole share, as before.
+
+A third reading of the same scores is reported and never decides: the Gaussian-pair μ of
+Agrawal et al. 2026 (:func:`dpaudit.one_run_gauss.one_run_gaussian_mu_lower_bound`), which
+uses every canary's score rather than guesses on the extremes. Its guarantee is
+asymptotic (it holds if the scores are independent Gaussians with one variance, which
+white-box scores approach as steps grow; no DP claim implies it), so it is labelled
+``"asymptotic-one-run"``, computed at the one-run share's level so that it reads beside
+the rigorous pair, kept out of the verdict and given no share. Only a rigorous statistic
+could join the verdict, and then only by splitting the one-run share further (three
+ways, each at 1 − (1 − c)/3, the strongest deciding): the share stays one, so the
+verdict's budget does not change.
 """
 
 from __future__ import annotations
@@ -28,8 +39,9 @@ import numpy as np
 from dpaudit.dpsgd.canaries import with_zero_feature
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.setup import _setup, purpose_seed
-from dpaudit.errors import ConfigError
+from dpaudit.errors import ConfigError, DpauditError
 from dpaudit.fdp_one_run import one_run_bounds, stronger
+from dpaudit.one_run_gauss import one_run_gaussian_mu_lower_bound
 from dpaudit.records import DPSGDRecord
 from dpaudit.results import Comparison
 from dpaudit.trainers import canary_observer
@@ -141,6 +153,26 @@ def one_run_comparisons(
                 upper=upper.mu,
                 upper_source="accountant μ",
                 in_verdict=in_verdict and decides == "mu",
+            )
+        )
+    # The Gaussian-pair reading (module docstring): asymptotic, so never in the verdict
+    # and no share. Scores without spread inside the coin groups fit no Gaussian pair:
+    # then only the rigorous bounds are reported.
+    try:
+        gauss = one_run_gaussian_mu_lower_bound(
+            one["one_run_scores"], one["one_run_included"].astype(bool), confidence_level=level
+        )
+    except DpauditError:
+        gauss = None
+    if gauss is not None:
+        comparisons.append(
+            Comparison(
+                test=label,
+                parameter="mu",
+                lower=gauss,
+                upper=upper.mu if with_mu else None,
+                upper_source="accountant μ",
+                in_verdict=False,
             )
         )
     return tuple(comparisons)
