@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dpaudit.bounds import require_design
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
+from dpaudit.errors import ConfigError
 from dpaudit.kinds.base import (
     AuditKind,
     KindSummary,
@@ -58,6 +59,11 @@ class DpsgdKind(AuditKind[DpsgdSection]):
         if context.sequential is not None:  # rounds of a sequential test
             from dpaudit.dpsgd.sequential import check_sequential
 
+            if section.checkpoints is not None:
+                raise ConfigError(
+                    "[audit] stopping = 'sequential' audits one released model per run; "
+                    "give one checkpoint t, not a list."
+                )
             check_sequential(section)
         if ":" not in section.trainer:
             _check_trials(section, context)
@@ -106,9 +112,9 @@ class DpsgdKind(AuditKind[DpsgdSection]):
 
             return COMPARISONS
         # The same list summarise() marks as in the verdict, counted before any bound.
-        from dpaudit.dpsgd.summary import in_verdict, read_units
+        from dpaudit.dpsgd.summary import count_in_verdict
 
-        return len(in_verdict(read_units(section, outputs, delta=context.delta)))
+        return count_in_verdict(section, outputs, delta=context.delta)
 
     def summarise(
         self, section: DpsgdSection, context: RunContext, outputs: Outputs, *, level: float

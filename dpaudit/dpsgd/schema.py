@@ -106,7 +106,9 @@ class DpsgdSection(Table):
         trainer: a registered trainer (:data:`BUILTIN_TRAINERS`) or ``"pkg.module:function"``.
         options: trainer options (``epsilon``, ``lam``, ``parties``, or a user trainer's).
             ``multiparty-gradient`` also takes ``checkpoint`` = t (audit the intermediate
-            model θ_t); ``gradient-laplace`` takes ``epsilon``, ``clip`` and ``examples``.
+            model θ_t) or a list of steps ``[t₁, t₂, ...]`` (audit each θ_t of one
+            training run, every one a test of its own under the verdict's one budget);
+            ``gradient-laplace`` takes ``epsilon``, ``clip`` and ``examples``.
         canary: ``mislabeled`` | ``ood`` | ``clipbkd`` | ``crafted`` (input rows) | ``dirac``
             (gradient). ``crafted`` sits on an appended all-zero feature that only it uses.
             ``gradient`` (black-box, engine trainers): the Dirac gradient added at every
@@ -142,7 +144,7 @@ class DpsgdSection(Table):
     hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [32])
     training: DpsgdTrainingSection = DpsgdTrainingSection()
     trainer: str = "dpsgd"
-    options: dict[str, float | int | str] = Field(default_factory=dict)
+    options: dict[str, float | int | str | list[int]] = Field(default_factory=dict)
     canary: Literal[
         "mislabeled", "ood", "clipbkd", "crafted", "dirac", "gradient", "worst-case"
     ] = "dirac"
@@ -158,6 +160,19 @@ class DpsgdSection(Table):
     @property
     def full_batch(self) -> bool:
         return self.trainer == "dpgd" or self.training.full_batch
+
+    def number(self, key: str) -> float:
+        """A numeric trainer option (only ``checkpoint`` may be a list, and is not read here)."""
+        value = self.options[key]
+        if isinstance(value, list):
+            raise ValueError(f"the {key!r} option must be a number; got {value!r}")
+        return float(value)
+
+    @property
+    def checkpoints(self) -> tuple[int, ...] | None:
+        """The steps t of ``options.checkpoint = [t₁, t₂, ...]`` (None for one step or none)."""
+        raw = self.options.get("checkpoint")
+        return tuple(raw) if isinstance(raw, list) else None
 
     @model_validator(mode="after")
     def _consistent(self) -> DpsgdSection:
@@ -190,6 +205,9 @@ class DpsgdSection(Table):
             raise ValueError("set 'trials' > 0, or a [dpsgd.one_run] table, or both")
         if self.one_run is not None and (t != "dpsgd" or self.canary != "dirac"):
             raise ValueError("[dpsgd.one_run] audits the 'dpsgd' trainer with 'dirac' canaries")
+        problem = _checkpoints_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
@@ -198,6 +216,29 @@ class DpsgdSection(Table):
         if problem is not None:
             raise ValueError(problem)
         return self
+
+
+def _checkpoints_problem(s: DpsgdSection) -> str | None:
+    """Why a list-valued option cannot be used as configured (only ``checkpoint`` of
+    ``multiparty-gradient`` takes a list: distinct steps 1 <= t <= T = ``epochs``)."""
+    lists = sorted(k for k, v in s.options.items() if isinstance(v, list) and k != "checkpoint")
+    if lists:
+        return f"only the 'checkpoint' option takes a list of steps; got lists for {lists}"
+    steps = s.checkpoints
+    if steps is None:
+        return None
+    if s.trainer != "multiparty-gradient":
+        return (
+            "a list of checkpoints is audited for the 'multiparty-gradient' trainer only; "
+            f"got trainer={s.trainer!r}"
+        )
+    total = s.training.epochs
+    if not steps or len(set(steps)) != len(steps) or not all(1 <= t <= total for t in steps):
+        return (
+            "checkpoint = [t₁, t₂, ...] must list distinct whole steps with 1 <= t <= T = "
+            f"epochs = {total}; got {list(steps)}"
+        )
+    return None
 
 
 def _black_box_problem(s: DpsgdSection) -> str | None:

@@ -217,12 +217,12 @@ def _worst_case_rows(
         )
     mechanism = erm_mechanism(s)
     assert mechanism is not None  # the section checked it
-    eps, lam = float(s.options["epsilon"]), float(s.options["lam"])
+    eps, lam = s.number("epsilon"), s.number("lam")
     n0 = X.shape[0]
     signs = np.where(y == 1, 1.0, -1.0)
     parties = 1
     if mechanism == "multiparty":
-        parties = check_integer("parties", int(float(s.options["parties"])), low=1)
+        parties = check_integer("parties", int(s.number("parties")), low=1)
     owner = erm.multiparty_owners(n0 + 2, parties, (n0, n0 + 1))
     # Only party 0's model moves (r and c are its rows): search over party 0's rows.
     pair = erm.worst_case_pair(X, signs, lam=lam, rows=owner[:n0] == 0)

@@ -27,7 +27,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -43,7 +43,7 @@ from dpaudit.claim_curve import claim_curve_epsilon
 from dpaudit.dpsgd.one_run import ONE_RUN_UNIT, one_run_comparisons
 from dpaudit.dpsgd.schema import ENGINE_TRAINERS, DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.setup import _setup, worst_case_details
-from dpaudit.dpsgd.units import trainer_libraries
+from dpaudit.dpsgd.units import CHECKPOINTS_KEY, trainer_libraries
 from dpaudit.greybox import GreyBoxObservations, GreyBoxTest, greybox_tests
 from dpaudit.kinds.base import KindSummary, Outputs, RunContext
 from dpaudit.last_iterate import last_iterate_details
@@ -59,7 +59,14 @@ from dpaudit.results import (
 )
 from dpaudit.upper_bounds import Claim, UpperBound, check_claim, from_claim, from_records
 
-__all__ = ["StoredUnits", "in_verdict", "read_units", "summarise"]
+__all__ = [
+    "StoredUnits",
+    "checkpoint_views",
+    "count_in_verdict",
+    "in_verdict",
+    "read_units",
+    "summarise",
+]
 
 #: Built-in trainers that run no DP-SGD: the grey-box checks do not apply to them.
 _NOT_DPSGD = (
@@ -115,7 +122,19 @@ class StoredUnits:
 
 def read_units(s: DpsgdSection, outputs: Outputs, *, delta: float) -> StoredUnits:
     """Split the stored units into the many-run and one-run ones; read their upper bound
-    and grey-box tests."""
+    and grey-box tests.
+
+    Read once per run: the kind's ``comparisons`` and ``summarise`` both need it, and the
+    audit's stored units keep it (:meth:`dpaudit.store.StoredOutputs.memo`).
+    """
+    memo = getattr(outputs, "memo", None)
+    if memo is None:
+        return _read_units(s, outputs, delta=delta)
+    key = ("dpsgd.read_units", s.model_dump_json(), delta)
+    return cast(StoredUnits, memo(key, lambda: _read_units(s, outputs, delta=delta)))
+
+
+def _read_units(s: DpsgdSection, outputs: Outputs, *, delta: float) -> StoredUnits:
     many = [outputs[u] for u in sorted(outputs) if u != ONE_RUN_UNIT]
     stored = StoredUnits(
         tuple(many),
@@ -167,11 +186,67 @@ def in_verdict(stored: StoredUnits) -> tuple[str, ...]:
     return tuple(listed)
 
 
+def checkpoint_views(outputs: Outputs) -> list[tuple[int | None, Outputs]]:
+    """The stored units as one audit per released model: ``[(None, outputs)]`` for one
+    model per run, ``[(t, units of θ_t), ...]`` for ``checkpoint = [t₁, t₂, ...]``.
+
+    A unit of several checkpoints stores θ_t's arrays under ``"<name>@t"`` (and the arm
+    flags once); the view of θ_t has them under their plain names, so every checkpoint is
+    summarised by the same code as a single model. Each is a test of its own: its
+    comparisons take their own shares of the verdict's budget (Bonferroni over the
+    checkpoints, which are dependent: they come from one run).
+    """
+    many = sorted(u for u in outputs if u != ONE_RUN_UNIT)
+    if not many or CHECKPOINTS_KEY not in outputs[many[0]]:
+        return [(None, outputs)]
+    steps = [int(t) for t in outputs[many[0]][CHECKPOINTS_KEY]]
+    return [(t, {u: _at_checkpoint(outputs[u], t) for u in many}) for t in steps]
+
+
+def _at_checkpoint(arrays: Mapping[str, np.ndarray], t: int) -> dict[str, np.ndarray]:
+    suffix = f"@{t}"
+    view = {k.removesuffix(suffix): v for k, v in arrays.items() if k.endswith(suffix)}
+    view["included"] = arrays["included"]
+    return view
+
+
+def count_in_verdict(s: DpsgdSection, outputs: Outputs, *, delta: float) -> int:
+    """How many comparisons and checks :func:`summarise` puts into the verdict: the sum
+    of :func:`in_verdict` over the released models (one per checkpoint)."""
+    return sum(
+        len(in_verdict(read_units(s, view, delta=delta))) for _, view in checkpoint_views(outputs)
+    )
+
+
 def summarise(
     s: DpsgdSection, context: RunContext, outputs: Outputs, *, level: float
 ) -> KindSummary:
     """Tests, comparisons and grey-box checks of the stored units; in-verdict ones at
-    ``level``."""
+    ``level`` (one summary per checkpoint when several models of a run are released)."""
+    views = checkpoint_views(outputs)
+    if views[0][0] is None:
+        return _summarise_model(s, context, outputs, level=level, label=_label(s))
+    total = s.training.epochs
+    parts = [
+        _summarise_model(
+            s, context, view, level=level, label=f"{_label(s)}, checkpoint θ_{t} of T = {total}"
+        )
+        for t, view in views
+    ]
+    return KindSummary(
+        tuple(x for p in parts for x in p.tests),
+        tuple(x for p in parts for x in p.comparisons),
+        (),
+        tuple(x for p in parts for x in p.warnings),
+        parts[0].data_hash,
+        checks=tuple(x for p in parts for x in p.checks),
+    )
+
+
+def _summarise_model(
+    s: DpsgdSection, context: RunContext, outputs: Outputs, *, level: float, label: str
+) -> KindSummary:
+    """The summary of one released model per run (``label`` names it)."""
     delta = context.delta
     stored = read_units(s, outputs, delta=delta)
     verdict = in_verdict(stored)
@@ -181,7 +256,7 @@ def summarise(
     upper = stored.upper
     if upper is not None and not stored.canary_bounds:
         warnings.append(
-            f"{_label(s)}: {stored.trials_per_arm} model(s) per arm are too few for any "
+            f"{label}: {stored.trials_per_arm} model(s) per arm are too few for any "
             "canary bound above 0, so none is computed; the stated claim is held against "
             f"the records of what ran ({CLAIM_CHECK})."
         )
@@ -190,7 +265,6 @@ def summarise(
         inc = np.concatenate([p["included"] for p in stored.many]).astype(bool)
         neg, pos = scores[~inc], scores[inc]
         eps_lb, mu_lb = _many_run_bounds(s, upper, neg, pos, level=level, seed=context.seed)
-        label = _label(s)
         comparisons.append(
             Comparison(
                 test=label,
@@ -222,9 +296,13 @@ def summarise(
         seed = context.seed
         if record is not None:
             comparisons.append(
-                _claim_curve_comparison(s, record, neg, pos, level=level, delta=delta, seed=seed)
+                _claim_curve_comparison(
+                    s, record, neg, pos, level=level, delta=delta, seed=seed, label=label
+                )
             )
-        test = _many_run_test(s, upper, neg, pos, mu_lb, context.confidence_level, context.base_dir)
+        test = _many_run_test(
+            s, upper, neg, pos, mu_lb, context.confidence_level, context.base_dir, label=label
+        )
         last = _last_iterate(s, stored, eps_lb, mu_lb, level=level, delta=delta, seed=context.seed)
         if last is not None:
             # Informational (a heuristic reference, never in the verdict): μ_LB and ε_LB
@@ -245,7 +323,7 @@ def summarise(
         )
     checks = tuple(
         _greybox_check(t, 1.0 - level, in_verdict=t.check in verdict) for t in stored.greybox
-    ) + _claim_check(stored, delta)
+    ) + _claim_check(stored, delta, label=None if label == _label(s) else label)
     return KindSummary(
         tuple(tests), tuple(comparisons), (), tuple(warnings), _data_hash(s), checks=checks
     )
@@ -254,12 +332,15 @@ def summarise(
 # ----------------------------------------------------------------------- upper bounds
 
 
-def _claim_check(stored: StoredUnits, delta: float) -> tuple[Check, ...]:
+def _claim_check(
+    stored: StoredUnits, delta: float, *, label: str | None = None
+) -> tuple[Check, ...]:
     """The stated claim held against what ran, as a deterministic gate check (none when
     the units carry no claim beside their records, or the claim states nothing finite).
 
     Its value is what ran has at least, its limit what the claim states: it fails when
-    the value is above the limit (:func:`dpaudit.upper_bounds.check_claim`).
+    the value is above the limit (:func:`dpaudit.upper_bounds.check_claim`). ``label``
+    names the released model when a run releases several (its words lead the message).
     """
     if not stored.claim_and_records:
         return ()
@@ -275,6 +356,9 @@ def _claim_check(stored: StoredUnits, delta: float) -> tuple[Check, ...]:
         "needs no trials and cannot be chance)"
     )
     message = f"{found.message} (deterministic)"
+    if label is not None:
+        message = f"{label}: {message}"
+        finding = f"{label}: {finding}" if finding else ""
     return (Check(CLAIM_CHECK, found.floor, found.stated, found.holds, message, finding=finding),)
 
 
@@ -369,6 +453,7 @@ def _claim_curve_comparison(
     level: float,
     delta: float,
     seed: int,
+    label: str | None = None,
 ) -> Comparison:
     """The scores against the accountant's trade-off curve of what ran, at the verdict's
     per-bound level: an ε above the accountant's means a point below its curve
@@ -385,7 +470,7 @@ def _claim_curve_comparison(
         seed=seed,
     )
     return Comparison(
-        test=f"{_label(s)} (claim curve)",
+        test=f"{label or _label(s)} (claim curve)",
         parameter="epsilon",
         lower=bound,
         upper=accountant,
@@ -419,8 +504,10 @@ def _many_run_test(
     mu_lb: MuBound,
     c: float,
     base_dir: Path | str = ".",
+    *,
+    label: str | None = None,
 ) -> TestSummary:
-    label = _label(s)
+    label = label or _label(s)
     curves = theory_curves(
         epsilon=upper.epsilon, delta=upper.epsilon_delta, mu=upper.mu, label=f"{upper.source}: "
     ) + theory_curves(mu=mu_lb.value if mu_lb.value > 0 else None, label="lower bound: ")

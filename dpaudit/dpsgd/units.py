@@ -36,7 +36,10 @@ from dpaudit.trainers import (
     get_trainer,
 )
 
-__all__ = ["dpsgd_unit", "trainer_libraries", "unit_names"]
+__all__ = ["CHECKPOINTS_KEY", "dpsgd_unit", "trainer_libraries", "unit_names"]
+
+#: The unit array listing the checkpoints t of ``checkpoint = [t₁, t₂, ...]``.
+CHECKPOINTS_KEY = "checkpoints"
 
 
 def _total_models(s: DpsgdSection) -> int:
@@ -95,26 +98,40 @@ def dpsgd_unit(spec: DpsgdSpec, unit: str) -> dict[str, np.ndarray]:
         options=dict(s.options),
     )
     trainer = get_trainer(s.trainer, base_dir=spec.base_dir)
-    out = coerce_output(
-        trainer(
-            setup.X,
-            setup.y,
-            membership,
-            seed=purpose_seed(spec.seed, 4),
-            canary=canary,
-            settings=settings,
-        ),
-        num_models=stop - start,
-        name=s.trainer,
-    )
-    return {
-        "included": included,
-        "scores": _scores(out, setup, s.black_box, gradient=s.canary == "gradient")
-        if setup.worst_case is None
-        else _worst_case_scores(out, setup.worst_case),
-        **_ran_arrays(out),
-        **_greybox_arrays(out),
-    }
+
+    def trained(settings: TrainerSettings) -> dict[str, np.ndarray]:
+        out = coerce_output(
+            trainer(
+                setup.X,
+                setup.y,
+                membership,
+                seed=purpose_seed(spec.seed, 4),
+                canary=canary,
+                settings=settings,
+            ),
+            num_models=stop - start,
+            name=s.trainer,
+        )
+        return {
+            "scores": _scores(out, setup, s.black_box, gradient=s.canary == "gradient")
+            if setup.worst_case is None
+            else _worst_case_scores(out, setup.worst_case),
+            **_ran_arrays(out),
+            **_greybox_arrays(out),
+        }
+
+    steps = s.checkpoints
+    if steps is None:
+        return {"included": included, **trained(settings)}
+    # Several checkpoints of ONE training run: the trainer releases θ_t for each t from the
+    # same seed and model indices, so θ_t is the model the T-step run holds after t steps
+    # (its noise draws are the first t of the run's). Each θ_t's arrays are stored under
+    # "<name>@t" (:func:`dpaudit.dpsgd.summary.checkpoint_views` reads them back).
+    arrays = {"included": included, CHECKPOINTS_KEY: np.array(steps, dtype=np.int64)}
+    for t in steps:
+        at = replace(settings, options={**settings.options, "checkpoint": t})
+        arrays.update({f"{key}@{t}": value for key, value in trained(at).items()})
+    return arrays
 
 
 # ------------------------------------------------------------------------------ scores

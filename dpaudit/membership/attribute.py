@@ -36,6 +36,10 @@ class AttributeKind(AuditKind[AttributeSection]):
                 "[target] path, factory or scores"
             )
         check_variants(shared.target, shared.training)
+        if section.sweep is not None:
+            from dpaudit.membership.sweep import check_sweep
+
+            check_sweep(section, shared, table="[attribute.sweep]")
 
     def check_runnable(self, section: AttributeSection, context: RunContext) -> None:
         """Load the data (its sensitive column included) before any target trains."""
@@ -47,6 +51,10 @@ class AttributeKind(AuditKind[AttributeSection]):
         from dpaudit.membership.trained import attribute_unit
 
         spec = TargetSpec.for_audit(context)
+        if section.sweep is not None:
+            from dpaudit.membership.sweep import attribute_sweep_plan
+
+            return attribute_sweep_plan(spec, section, context)
         names = variants(context.shared.target, context.shared.training)
         return UnitPlan(
             fn=attribute_unit,

@@ -246,7 +246,11 @@ class MembershipSection(Table):
 
 
 class AttributeSection(Table):
-    """``[attribute]``: Yeom et al. attribute inference on ``[data] sensitive`` (no options yet)."""
+    """``[attribute]``: Yeom et al. attribute inference on ``[data] sensitive``; with
+    ``[attribute.sweep]`` (the table of :class:`SweepSection`) one full attribute audit
+    per DP setting (:mod:`dpaudit.membership.sweep`)."""
+
+    sweep: SweepSection | None = None
 
 
 # ------------------------------------------------------------------------ unit specs

@@ -24,13 +24,19 @@ units), so the verdict's ONE confidence budget is split over the number of point
 comparisons of one point. A point's bounds at a given level equal a single audit's at that
 level, bit for bit (``tests/test_sweep.py``).
 
+``[attribute.sweep]`` (the same table) does the same for the ``attribute`` kind: each
+point's unit is the unit a single attribute audit at that setting runs
+(:func:`dpaudit.membership.trained.attribute_unit`), so a point's accuracies, advantage
+and DP-implied bound equal that audit's (``tests/test_attribute_sweep.py``). Nothing of
+it enters the verdict (attribute rows are gated by policy), so it takes no budget.
+
 Nothing here imports torch until a unit runs.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -38,16 +44,21 @@ from dpaudit.errors import ConfigError
 from dpaudit.kinds.base import RunContext, SharedTables, UnitPlan
 from dpaudit.membership.schema import (
     INPUT_PERTURBATION,
+    AttributeSection,
     MembershipSection,
     OwnSpec,
     SweepSection,
+    TargetSpec,
     variants,
 )
 from dpaudit.sections import DPSection, Table
 
 __all__ = [
+    "AttributeSweepSpec",
     "SweepPoint",
     "SweepSpec",
+    "attribute_sweep_plan",
+    "attribute_sweep_unit",
     "check_sweep",
     "point_spec",
     "sweep_plan",
@@ -58,6 +69,7 @@ __all__ = [
 Setting = Literal["plain", "central", "local"]
 Parameter = Literal["noise_multiplier", "target_epsilon", "epsilon"]
 _SHORT = {"noise_multiplier": "sigma", "target_epsilon": "eps", "epsilon": "eps"}
+Spec = TypeVar("Spec", bound=TargetSpec)
 
 
 class SweepPoint(Table):
@@ -106,9 +118,14 @@ def sweep_points(sweep: SweepSection, *, plain: bool) -> list[SweepPoint]:
     return out
 
 
-def check_sweep(section: MembershipSection, shared: SharedTables) -> None:
+def check_sweep(
+    section: MembershipSection | AttributeSection,
+    shared: SharedTables,
+    *,
+    table: str = "[membership.sweep]",
+) -> None:
     """Refuse a sweep that cannot run: a brought target, no ``[training.dp]`` to vary, or
-    local points without their randomisers.
+    local points without their randomisers (``table`` names the sweep in the messages).
 
     Raises:
         ConfigError: with what to change.
@@ -118,23 +135,23 @@ def check_sweep(section: MembershipSection, shared: SharedTables) -> None:
         return
     if shared.target.brought:
         raise ConfigError(
-            "[membership.sweep] trains one target per setting: it needs dpaudit's own "
+            f"{table} trains one target per setting: it needs dpaudit's own "
             "target, not a brought one ([target] path, factory or scores)"
         )
     if shared.training.dp is None:
         raise ConfigError(
-            f"[membership.sweep] {sweep.parameter} varies [training.dp]: add a "
+            f"{table} {sweep.parameter} varies [training.dp]: add a "
             "[training.dp] table (its clipping_norm and target_delta are shared by every point)"
         )
     listed = set(variants(shared.target, shared.training)) - {"plain"}
     if shared.target.variants is not None and listed:
         raise ConfigError(
-            "[membership.sweep] decides the DP targets itself: [target] variants may list "
+            f"{table} decides the DP targets itself: [target] variants may list "
             f"only 'plain' (a baseline without DP), got {sorted(shared.target.variants)}"
         )
 
 
-def point_spec(own: OwnSpec, sweep: SweepSection, point: SweepPoint) -> OwnSpec:
+def point_spec(own: Spec, sweep: SweepSection, point: SweepPoint) -> Spec:
     """The spec a single audit at ``point`` gives its units (its ``[training.dp]`` or
     ``[target.input_perturbation]``, :meth:`~dpaudit.membership.schema.LocalRandomisers.at`,
     at the point's value; every other field as given)."""
@@ -175,9 +192,64 @@ def sweep_unit(spec: SweepSpec, unit: str) -> dict[str, np.ndarray]:
     if unit != f"target-{i}-{point.name}":
         raise ConfigError(f"unit {unit!r} is not a point of this sweep: {spec.unit_names()}")
     out = own_unit(point_spec(spec.own, spec.sweep, point), f"target-{i}-{point.variant}")
+    return _tagged(out, point)
+
+
+def _tagged(out: dict[str, np.ndarray], point: SweepPoint) -> dict[str, np.ndarray]:
+    """The unit's arrays with its ``info`` tagged with the point (for the report)."""
     info = json.loads(str(out["info"]))
     info["sweep"] = point.to_dict()
     return out | {"info": np.array(json.dumps(info))}
+
+
+class AttributeSweepSpec(Table):
+    """What every unit of ``[attribute.sweep]`` receives: the target recipe and the points."""
+
+    target: TargetSpec
+    sweep: SweepSection
+    points: tuple[SweepPoint, ...]
+
+    def unit_names(self) -> tuple[str, ...]:
+        """``attribute-<i>-<point>``: the position first, as every attribute unit name."""
+        return tuple(f"attribute-{i}-{p.name}" for i, p in enumerate(self.points))
+
+
+def attribute_sweep_unit(spec: AttributeSweepSpec, unit: str) -> dict[str, np.ndarray]:
+    """Train the target of one point and guess its rows' attribute: exactly the unit a
+    single attribute audit at that point runs (:func:`~dpaudit.membership.trained.
+    attribute_unit`), its ``info`` tagged with the point."""
+    from dpaudit.membership.trained import attribute_unit
+
+    i = int(unit.split("-")[1])
+    point = spec.points[i]
+    if unit != f"attribute-{i}-{point.name}":
+        raise ConfigError(f"unit {unit!r} is not a point of this sweep: {spec.unit_names()}")
+    out = attribute_unit(
+        point_spec(spec.target, spec.sweep, point), f"attribute-{i}-{point.variant}"
+    )
+    return _tagged(out, point)
+
+
+def attribute_sweep_plan(
+    target: TargetSpec, section: AttributeSection, context: RunContext
+) -> UnitPlan:
+    """The attribute kind's plan for ``[attribute.sweep]``: one unit per point (the plain
+    baseline first when ``[target] variants`` lists it), keyed by the shared recipe."""
+    if section.sweep is None:
+        raise ConfigError("attribute_sweep_plan needs [attribute.sweep]")
+    sh = context.shared
+    plain = sh.target.variants is not None and "plain" in sh.target.variants
+    sweep = section.sweep
+    spec = AttributeSweepSpec(
+        target=target, sweep=sweep, points=tuple(sweep_points(sweep, plain=plain))
+    )
+    return UnitPlan(
+        fn=attribute_sweep_unit,
+        spec=spec,
+        units=spec.unit_names(),
+        key_data={**target.key_data(), "sweep": sweep.input_perturbation.model_dump(mode="json")},
+        description="sweeping the DP noise: training targets and guessing attributes",
+    )
 
 
 def sweep_plan(own: OwnSpec, section: MembershipSection, context: RunContext) -> UnitPlan:

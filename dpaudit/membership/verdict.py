@@ -541,5 +541,7 @@ def attribute_summary(context: RunContext, outputs: Outputs) -> KindSummary:
         if "perturbation" in part:  # the randomisers as they ran
             row.update(stored_details(part, context.delta))
         row["label"] = f"attribute inference on the {variant} target ({info['sensitive']})"
+        if "sweep" in info:  # a point of [attribute.sweep]
+            row["sweep"] = info["sweep"]
         rows.append(row)
     return KindSummary(attribute=tuple(rows), data_hash=data_hash)

@@ -17,6 +17,7 @@ import jinja2
 from markupsafe import Markup
 
 from dpaudit.report import plots
+from dpaudit.report.answers import mechanism_answers
 from dpaudit.report.local_central_plots import local_central_section
 from dpaudit.report.reconstruction_plots import reconstruction_section
 from dpaudit.report.sweep_plots import sweep_section
@@ -31,6 +32,7 @@ VALIDITY_TITLES = {
     "rigorous-one-run": "rigorous (one run)",
     "heuristic": "heuristic",
     "assumes-gdp": "assumes GDP",
+    "asymptotic-one-run": "asymptotic (one run)",
 }
 
 _URL_SCHEME = re.compile(r"(https?):(?=//)", re.IGNORECASE)
@@ -527,6 +529,14 @@ def render_report(results: dict[str, Any]) -> str:
     checks = results.get("checks") or []
     bounds = _bound_rows(results.get("bounds") or [])
     headline = _headline(bounds, raw_tests, _verdict_level(results))
+    level = _verdict_level(results)
+    answers = mechanism_answers(
+        bounds,
+        raw_tests,
+        best_of_level=lambda found: _best_of_level(found, level),
+        number=fmt_number,
+        percent=fmt_percent,
+    )
     attribute = _attribute_rows(results.get("attribute") or [])
     html = (
         _environment()
@@ -538,6 +548,7 @@ def render_report(results: dict[str, Any]) -> str:
             bounds=bounds,
             rows=_folded_rows(bounds),
             headline=headline,
+            answers=answers,
             validities=_validity_legend(bounds),
             groups=_test_groups(raw_tests),
             utility=_utility(raw_tests, attribute, headline),
