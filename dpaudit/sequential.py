@@ -73,6 +73,7 @@ __all__ = [
     "SEQUENTIAL_METHOD",
     "STOP_REASONS",
     "Bet",
+    "ExtraTest",
     "RoundPoint",
     "RoundsOutcome",
     "SequentialPlan",
@@ -80,6 +81,7 @@ __all__ = [
     "SequentialTest",
     "TargetTest",
     "combined_decision",
+    "feed_rounds",
     "log_mixture_martingale",
     "null_line",
     "outcome_bound",
@@ -660,13 +662,20 @@ def sequential_path(
     if not rounds:
         raise DpauditError("A sequential test needs at least its selection round (round 0).")
     test = SequentialTest(*rounds[0], rule)
-    path: list[RoundPoint] = []
+    return test.threshold, feed_rounds(test, rounds, last_round=last_round)
+
+
+def feed_rounds(test: Any, rounds: Sequence[Any], *, last_round: int | None = None) -> list[Any]:
+    """Feed rounds 1, 2, ... to one test built on round 0 (``test.add(negatives,
+    positives, *, last) -> point``), up to and including the first point that is not
+    ``"continue"``; the round ``last_round`` (the cap) is marked last."""
+    path: list[Any] = []
     for r in range(1, len(rounds)):
         point = test.add(*rounds[r], last=last_round is not None and r >= last_round)
         path.append(point)
         if point.decision != "continue":
             break
-    return test.threshold, path
+    return path
 
 
 # --------------------------------------------------------------------------- planning

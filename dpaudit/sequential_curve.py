@@ -67,7 +67,7 @@ from dpaudit.claim_curve import (
     effective_noise_multiplier,
 )
 from dpaudit.errors import DpauditError, check_in_interval, check_integer
-from dpaudit.sequential import RoundPoint, rate_upper_limit, tuned_concentration
+from dpaudit.sequential import RoundPoint, feed_rounds, rate_upper_limit, tuned_concentration
 from dpaudit.stats import ConfidenceInterval
 from dpaudit.theory import gdp_epsilon
 from dpaudit.whitebox import mixture_log_likelihood_ratio
@@ -285,13 +285,7 @@ def curve_path(
     if not rounds:
         raise DpauditError("A sequential test needs at least its selection round (round 0).")
     test = SequentialCurveTest(*rounds[0], rule)
-    path: list[CurvePoint] = []
-    for r in range(1, len(rounds)):
-        point = test.add(*rounds[r], last=last_round is not None and r >= last_round)
-        path.append(point)
-        if point.decision != "continue":
-            break
-    return test.thresholds, path
+    return test.thresholds, feed_rounds(test, rounds, last_round=last_round)
 
 
 # ------------------------------------------------------------------ DP-SGD's curve

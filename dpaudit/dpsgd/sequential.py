@@ -53,7 +53,7 @@ from dpaudit.kinds.base import (
     SequentialSettings,
     UnitPlan,
     dataset_digest,
-    unit_index,
+    ordered_rounds,
 )
 from dpaudit.plugins import plugin_digest
 from dpaudit.records import DPSGDRecord
@@ -166,13 +166,7 @@ def plan_rounds(section: DpsgdSection, context: RunContext) -> UnitPlan:
 
 
 def _ordered(outputs: Outputs) -> list[str]:
-    names = sorted(outputs, key=unit_index)
-    if [unit_index(u) for u in names] != list(range(len(names))):
-        raise DpauditError(
-            f"a sequential audit reads its rounds in order from round 0; the stored rounds "
-            f"are {names}"
-        )
-    return names
+    return ordered_rounds(outputs)
 
 
 def _arms(part: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -28,14 +28,14 @@ import hashlib
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
-from dpaudit.errors import ConfigError, KindContractError
+from dpaudit.errors import ConfigError, DpauditError, KindContractError
 from dpaudit.plugins import file_digest
 from dpaudit.sections import (
     DataSection,
@@ -269,6 +269,20 @@ def unit_index(unit: str) -> int:
         return int(unit.rsplit("-", 1)[1])
     except (IndexError, ValueError):
         raise ConfigError(f"not a numbered unit name: {unit!r}") from None
+
+
+def ordered_rounds(units: Iterable[str], *, what: str = "a sequential audit") -> list[str]:
+    """A sequential design's stored round units in order, checked to be 0, 1, 2, ...
+
+    Raises:
+        DpauditError: a round is missing (the rounds are read in order from round 0).
+    """
+    names = sorted(units, key=unit_index)
+    if [unit_index(u) for u in names] != list(range(len(names))):
+        raise DpauditError(
+            f"{what} reads its rounds in order from round 0; the stored rounds are {names}"
+        )
+    return names
 
 
 def stream_seed(seed: int, *purpose: int) -> int:

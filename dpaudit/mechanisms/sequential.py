@@ -33,7 +33,7 @@ from dpaudit.kinds.base import (
     RunContext,
     SequentialSettings,
     UnitPlan,
-    unit_index,
+    ordered_rounds,
 )
 from dpaudit.mechanisms.schema import LEARNED, MechanismSection
 from dpaudit.mechanisms.units import MechanismSpec, build_mechanism, in_verdict, mechanism_unit
@@ -149,13 +149,7 @@ def _rules(
 
 
 def _rounds(outputs: Outputs) -> list[str]:
-    ordered = sorted(outputs, key=unit_index)
-    if [unit_index(u) for u in ordered] != list(range(len(ordered))):
-        raise DpauditError(
-            f"a sequential audit reads its rounds in order from round 0; the stored rounds "
-            f"are {ordered}"
-        )
-    return ordered
+    return ordered_rounds(outputs)
 
 
 def outcome(

@@ -29,7 +29,13 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from dpaudit.errors import ConfigError, DpauditError
-from dpaudit.kinds.base import Outputs, RunContext, SequentialSettings, UnitPlan, unit_index
+from dpaudit.kinds.base import (
+    Outputs,
+    RunContext,
+    SequentialSettings,
+    UnitPlan,
+    ordered_rounds,
+)
 from dpaudit.reconstruction.game import game_in_verdict, game_test, game_upper_bound
 from dpaudit.sequential import SequentialRule, default_tuned_trials
 from dpaudit.sequential_game import GameOutcome, fixed_plan, game_bound, game_rounds
@@ -131,13 +137,9 @@ def _rule(
 
 
 def _round_names(outputs: Outputs) -> list[str]:
-    ordered = sorted((u for u in outputs if u.startswith(ROUND_PREFIX)), key=unit_index)
-    if [unit_index(u) for u in ordered] != list(range(len(ordered))):
-        raise DpauditError(
-            f"a sequential game reads its rounds in order from round 0; the stored rounds "
-            f"are {ordered}"
-        )
-    return ordered
+    return ordered_rounds(
+        (u for u in outputs if u.startswith(ROUND_PREFIX)), what="a sequential game"
+    )
 
 
 def outcome(
