@@ -1,4 +1,4 @@
-"""Validity and tightness of the ε / μ lower bounds (issue #2's figures).
+"""Validity and tightness of the ε / μ lower bounds.
 
 Validity: over R repeated audits of N trials per hypothesis, the fraction in which a bound
 exceeds its true value (0 on identical distributions; ε = 1 for Laplace; μ = 1 for the

@@ -1,4 +1,4 @@
-"""Benchmark: white-box Dirac-canary audit of full-batch DP-GD (issue #7).
+"""Benchmark: white-box Dirac-canary audit of full-batch DP-GD.
 
 Prints, for μ ∈ {0.5, 1, 2} and 1,000 / 10,000 models per arm, the μ lower bound, the ε
 it implies (assumes GDP), the rigorous ε lower bound, the exact upper bounds (μ and

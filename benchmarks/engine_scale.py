@@ -1,4 +1,4 @@
-"""Scale: thousands of DP-SGD MLPs, one process against processes over chunks (issue #18).
+"""Scale: thousands of DP-SGD MLPs, one process against processes over chunks.
 
 Setup (as benchmarks/train_throughput.py): sklearn digits (64 features, 10 classes,
 /16), shuffled with seed 0; each of K models trains on its own random 1,000 of the first
@@ -36,7 +36,7 @@ the ``train_many`` call only (imports and data excluded):
   after the run, one thread). With several processes the roofline is one process's, so
   the fraction is per CPU-second, as for one process.
 
-Medians over ``--rounds`` rounds, interleaved. Goals (issue #18): 1,000 DP MLPs in
+Medians over ``--rounds`` rounds, interleaved. Goals: 1,000 DP MLPs in
 ≤ 10 CPU-seconds; 10,000 in ≤ 100 CPU-seconds with peak memory ≤ 2 GiB and system time
 ≤ 10 % of the total.
 

@@ -1,4 +1,4 @@
-"""Gaussian noise: how fast can this machine draw the normals DP-SGD must add? (issue #18)
+"""Gaussian noise: how fast can this machine draw the normals DP-SGD must add?
 
 DP-SGD adds N(0, σ²C²) to every parameter of every model at every step: K·P·T normals
 per run (46 M for train_throughput's 64 MLPs 64→64→10 over 150 steps). Their cost is a

@@ -1,4 +1,4 @@
-"""Grey-box checks of DP-SGD runs: validity, power and the engine observer's cost (issue #14).
+"""Grey-box checks of DP-SGD runs: validity, power and the engine observer's cost.
 
 Run:  .venv/bin/python benchmarks/greybox.py validity|power|overhead
 

@@ -1,6 +1,6 @@
 """Training throughput: dpaudit's batched engine against Opacus and a plain PyTorch loop.
 
-Setup (issue #4): sklearn's digits (64 features, 10 classes, scaled to [0, 1]), shuffled
+Setup: sklearn's digits (64 features, 10 classes, scaled to [0, 1]), shuffled
 with seed 0, the last 397 rows held out; each of K = 64 models trains on its own random
 1,000 of the first 1,400 rows; MLP 64→64→10 (ReLU), 10 epochs, expected batch 64,
 learning rate 1.0, DP-SGD with σ = 1, C = 1. Phases:

@@ -51,8 +51,8 @@ Pure functions of numbers: no torch, no I/O (a plug-in is imported by
 References:
     Liu, Sun, Jiang, Kong 2022, "Identification, Amplification and Measurement: A bridge to
     Gaussian Differential Privacy" (NeurIPS 2022; arXiv:2210.09269v1 abstract read; the
-    theorem and section numbers cited here follow the issue that asked for this module and
-    are NOT verified against the paper's text); Dong, Roth, Su 2019 (arXiv:1905.02383),
+    theorem and section numbers cited here follow the request that asked for this module
+    and are NOT verified against the paper's text); Dong, Roth, Su 2019 (arXiv:1905.02383),
     Prop. 2.12 and Cor. 2.13; Abadi et al. 2016 (arXiv:1607.00133), Thm. 1; Balle, Bell,
     Gascón, Nissim 2019 (arXiv:1906.09116), abstract.
 """
@@ -135,7 +135,7 @@ def sgd_equation(*, sigma: float = 2.0, a: float = 2.0, b: float = 1.0) -> Priva
 
     References:
         Abadi et al. 2016 (arXiv:1607.00133), Thm. 1, for the shape; Liu et al. 2022, §2
-        (example; constants as given by the issue, not verified).
+        (example; constants A = 2, B = 1, σ = 2 as requested, not verified against the paper).
     """
     sigma = _positive("sigma", sigma)
     a, b = _positive("a", a), _positive("b", b)
