@@ -884,6 +884,21 @@ def plan_command(
     ] = 100_000,
     repeats: Annotated[int, typer.Option("--repeats", help="sequential: simulated audits.")] = 200,
     seed: Annotated[int, typer.Option("--seed", help="sequential: simulation seed.")] = 0,
+    dpsgd_sigma: Annotated[
+        float | None,
+        typer.Option(
+            "--dpsgd-sigma",
+            help="sequential: plan the claim-curve test of white-box DP-SGD claiming this σ.",
+        ),
+    ] = None,
+    run_sigma: Annotated[
+        float | None,
+        typer.Option("--run-sigma", help="sequential, --dpsgd-sigma: the σ the run really has."),
+    ] = None,
+    sampling_rate: Annotated[
+        float, typer.Option("--sampling-rate", help="sequential, --dpsgd-sigma: q.")
+    ] = 1.0,
+    steps: Annotated[int, typer.Option("--steps", help="sequential, --dpsgd-sigma: T.")] = 1,
 ) -> None:
     """Trials per arm (or one-run guesses) an ideal attack needs to certify --target.
 
@@ -895,6 +910,20 @@ def plan_command(
 
     from dpaudit.planning import ideal_guess_accuracy, plan_one_run, plan_trials
 
+    if sequential and dpsgd_sigma is not None:
+        _plan_sequential_curve(
+            claimed=dpsgd_sigma,
+            run=run_sigma,
+            sampling_rate=sampling_rate,
+            steps=steps,
+            confidence_level=confidence_level,
+            round_trials=round_trials,
+            max_trials=max_trials,
+            repeats=repeats,
+            seed=seed,
+            as_json=as_json,
+        )
+        return
     if sequential:
         _plan_sequential(
             target=target,
@@ -1071,6 +1100,58 @@ def _plan_sequential(
         f"(seed {seed}); stopped by "
         + ", ".join(f"{k} {v:.0%}" for k, v in plan.stop_share.items())
         + f"; the fixed split plan for the same goal: {fixed} trials per arm.",
+        markup=False,
+    )
+
+
+def _plan_sequential_curve(
+    *,
+    claimed: float,
+    run: float | None,
+    sampling_rate: float,
+    steps: int,
+    confidence_level: float,
+    round_trials: int,
+    max_trials: int,
+    repeats: int,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """``dpaudit plan --sequential --dpsgd-sigma``: models per arm the sequential
+    claim-curve test of white-box DP-SGD needs to refute a run at --run-sigma, simulated
+    from the exact law (:func:`dpaudit.sequential_curve.plan_sequential_curve`)."""
+    from dpaudit.sequential_curve import plan_sequential_curve
+
+    if run is None:
+        raise fail(
+            "--dpsgd-sigma plans the refutation of a run that has another σ: give --run-sigma "
+            "(the σ the run really has; below the claimed σ for a bug)."
+        )
+    try:
+        plan = plan_sequential_curve(
+            noise_multiplier=claimed,
+            run_noise_multiplier=run,
+            sampling_rate=sampling_rate,
+            steps=steps,
+            level=confidence_level,
+            round_trials=round_trials,
+            max_trials=max_trials,
+            repeats=repeats,
+            seed=seed,
+        )
+    except DpauditError as exc:
+        raise fail(str(exc)) from None
+    if as_json:
+        console.print_json(json.dumps(plan.to_dict()))
+        return
+    console.print(
+        f"sequential claim curve (white-box DP-SGD claiming σ {claimed:g}, running σ {run:g}, "
+        f"q {plan.sampling_rate:g}, T {plan.steps}; rounds of {plan.round_trials}, cap "
+        f"{plan.max_trials}, level {plan.level:g}): median {plan.median_trials:.0f}, mean "
+        f"{plan.mean_trials:.0f}, 95th percentile {plan.p95_trials:.0f} models per arm over "
+        f"{plan.repeats} simulated audits (seed {plan.seed}); refuted in "
+        f"{plan.detected:.0%}. In an audit the curve is one of three comparisons: plan at "
+        "its share, --confidence-level 1 − (1 − c)/3.",
         markup=False,
     )
 

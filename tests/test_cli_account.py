@@ -220,3 +220,30 @@ def test_account_finds_poisson_dpsgd_not_exactly_gdp():
     assert out["rho"] is None  # a subsampled Gaussian has no ρ of this form
     assert out["identification"]["exact"] is False
     assert out["identification"]["mu"] == pytest.approx(out["mu_bracket"]["high"])
+
+
+def test_plan_sequential_claim_curve_is_the_core_planner() -> None:
+    # `dpaudit plan --sequential --dpsgd-sigma` prints what the core planner computes for
+    # the same design (seeded, so the two calls agree exactly).
+    from dpaudit.sequential_curve import plan_sequential_curve
+
+    design = ["plan", "--sequential", "--target", "0", "--dpsgd-sigma", "1",
+              "--sampling-rate", "0.25", "--steps", "8", "--round-trials", "50",
+              "--max-trials", "1000", "--repeats", "4", "--confidence-level", "0.9"]  # fmt: skip
+    res = runner.invoke(app, [*design, "--run-sigma", "0.5", "--json"])
+    assert res.exit_code == 0, res.output
+    direct = plan_sequential_curve(
+        noise_multiplier=1.0,
+        run_noise_multiplier=0.5,
+        sampling_rate=0.25,
+        steps=8,
+        level=0.9,
+        round_trials=50,
+        max_trials=1000,
+        repeats=4,
+        seed=0,
+    )
+    assert json.loads(res.output) == direct.to_dict()
+    missing = runner.invoke(app, design)
+    assert missing.exit_code == 2
+    assert "give --run-sigma (the σ the run really has" in missing.output
