@@ -45,10 +45,13 @@ def _pair_cdf(q: float, t: int, sigma: float) -> Callable[[np.ndarray], np.ndarr
     return lambda x: (b * stats.norm.cdf((np.asarray(x)[..., None] - k) / s)).sum(axis=-1)
 
 
-def test_engine_scores_follow_the_last_iterate_pair() -> None:
+@pytest.mark.parametrize("model", [{}, {"model": "mlp", "hidden": [8]}])
+def test_engine_scores_follow_the_last_iterate_pair(model: dict[str, object]) -> None:
     # 100 rows, batch 25, 2 epochs: q = 0.25, T = 8, σ = 1. The score (units of C) must be
-    # N(0, 8) without the canary and Binomial(8, 0.25) + N(0, 8) with it, exactly.
-    section = DpsgdSection.model_validate(_section())
+    # N(0, 8) without the canary and Binomial(8, 0.25) + N(0, 8) with it, exactly: for an
+    # MLP too (its canary is a first-layer weight on the all-zero feature, which no real
+    # gradient touches and which moves nothing else).
+    section = DpsgdSection.model_validate(_section(**model))
     spec = DpsgdSpec(section=section, seed=7, unit_size=600, base_dir=".")
     out = dpsgd_unit(spec, "dpsgd-00000")
     inc = out["included"].astype(bool)
@@ -66,6 +69,31 @@ def test_engine_scores_follow_the_last_iterate_pair() -> None:
     noise = out["greybox_untouched_noise"]
     assert np.all(np.isnan(noise[inc]))
     assert np.all(np.isfinite(noise[~inc]))
+
+
+def test_an_mlp_starts_from_one_shared_default_init_with_the_canary_coordinate_at_zero() -> None:
+    # θ₀ = 0 would leave an MLP's hidden units identical forever; the shared start is one
+    # draw of torch's default init U(−1/√in, 1/√in), 0 on the canary's coordinate only.
+    from dpaudit.dpsgd.setup import _setup
+
+    section = DpsgdSection.model_validate(_section(model="mlp", hidden=[8]))
+    spec = DpsgdSpec(section=section, seed=7, unit_size=600, base_dir=".")
+    setup = _setup(spec)
+    theta0 = np.asarray(setup.training.initial_parameters)
+    d = setup.X.shape[1]
+    index = int(np.argmax(setup.direction))
+    assert index == d - 1
+    assert theta0[index] == 0.0
+    first = theta0[: 8 * d].reshape(8, d)
+    assert np.all(np.abs(first) <= 1 / math.sqrt(d))
+    assert np.count_nonzero(first) == 8 * d - 1
+    second = theta0[8 * d + 8 : 8 * d + 8 + 2 * 8]
+    assert np.all(np.abs(second) <= 1 / math.sqrt(8))
+    assert np.unique(second).size == 16
+    # A logistic model still starts at 0 (its scores are unchanged).
+    logistic = _setup(DpsgdSpec(section=DpsgdSection.model_validate(_section()), seed=7,
+                                unit_size=600, base_dir="."))  # fmt: skip
+    assert not np.any(logistic.training.initial_parameters)
 
 
 def test_score_formula() -> None:
@@ -89,7 +117,6 @@ def test_score_formula() -> None:
     ("extra", "message"),
     [
         ({"trainer": "plain"}, "canary = 'gradient' needs the 'dpsgd' or 'dpgd' trainer"),
-        ({"model": "mlp"}, "canary = 'gradient' is made for model = 'logistic'"),
         ({"training": {**_TRAINING, "momentum": 0.9}}, "set momentum = 0 and weight_decay = 0"),
         ({"zero_features": 0}, "needs an all-zero feature"),
         ({"threat_model": "white-box"}, "'dirac' gradient canary is observed white-box"),

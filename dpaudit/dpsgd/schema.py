@@ -114,7 +114,9 @@ class DpsgdSection(Table):
             ``gradient`` (black-box, engine trainers): the Dirac gradient added at every
             step its Poisson coin comes up, scored on the final model's parameter along
             it (:func:`dpaudit.dpsgd.canaries.gradient_canary_scores`); every model starts
-            from the same θ₀ = 0, so the score's law is the last-iterate pair.
+            from the same θ₀ (0 for ``logistic``, one shared draw of torch's default init
+            for ``mlp``), 0 on the canary's coordinate, so the score's law is the
+            last-iterate pair.
             ``worst-case`` (ERM trainers): the replace-one pair of unit records that moves
             the exact minimiser most, scored by the exact log-likelihood ratio of the
             released model under the mechanism's noise density (:mod:`dpaudit.erm`).
@@ -280,8 +282,6 @@ def _gradient_problem(s: DpsgdSection) -> str | None:
             "canary = 'gradient' needs the 'dpsgd' or 'dpgd' trainer (the engine adds it to "
             f"every step); got trainer={s.trainer!r}"
         )
-    if s.model != "logistic":
-        return f"canary = 'gradient' is made for model = 'logistic'; got {s.model!r}"
     if s.training.momentum != 0.0 or s.training.weight_decay != 0.0:
         return (
             "canary = 'gradient' reads the final parameter as the plain sum of the steps: "

@@ -131,13 +131,35 @@ def _setup_cached(section_json: str, seed: int, base_dir: str) -> _Setup:
     if crafted is not None and s.black_box is not None and s.black_box.initial == "worst-case":
         training = _worst_case_training(crafted, training, members, X.shape[1], num_classes)
     if s.canary == "gradient":
-        # One θ₀ = 0 for every model: the final parameter on the canary's coordinate is then
-        # the plain sum of the steps (canaries.gradient_canary_scores); any fixed θ₀ keeps
-        # DP-SGD's guarantee, so the auditor may choose it.
-        training = replace(training, initial_parameters=(0.0,) * num_parameters)
+        # One θ₀ for every model, 0 on the canary's coordinate: the final parameter there is
+        # then the plain sum of the steps (canaries.gradient_canary_scores); any fixed θ₀
+        # keeps DP-SGD's guarantee, so the auditor may choose it. A logistic model starts at
+        # 0; an MLP at 0 would never break the symmetry of its hidden units, so it starts
+        # from one draw of torch's default init, shared by every model.
+        theta0 = (
+            np.zeros(num_parameters)
+            if s.model == "logistic"
+            else shared_default_init(shapes, seed=purpose_seed(seed, 8))
+        )
+        assert direction is not None  # the gradient canary is a Dirac direction
+        theta0[int(np.argmax(direction))] = 0.0
+        training = replace(training, initial_parameters=tuple(theta0.tolist()))
     return _Setup(
         X, y, num_classes, canary_row, direction, model, training, crafted, replaced_row, worst
     )
+
+
+def shared_default_init(shapes: list[tuple[int, int]], *, seed: int) -> np.ndarray:
+    """One flat θ₀ laid out as :meth:`dpaudit.models.ModelStack.flat_parameters` (weight,
+    bias, weight, …), every entry of a layer with ``in`` inputs drawn from
+    U(−1/√in, 1/√in), torch.nn.Linear's default, from a numpy stream of ``seed``."""
+    rng = np.random.default_rng([seed])
+    parts = []
+    for out, inp in shapes:
+        bound = 1.0 / np.sqrt(inp)
+        parts.append(rng.uniform(-bound, bound, size=out * inp))
+        parts.append(rng.uniform(-bound, bound, size=out))
+    return np.concatenate(parts)
 
 
 def _worst_case_training(
