@@ -1,7 +1,7 @@
 """Privacy profiles against GDP curves (the figure of Liu, Sun, Jiang, Kong 2022, Fig. 1).
 
 One panel per guarantee: the naive profile δ_naive(ε) (dashed), the refined profile
-(solid, their Thm. 2.1 as cited), optionally the amplified one (dotted), and the GDP
+(solid, by their Thm. 2.1), optionally the amplified one (dotted), and the GDP
 profiles δ_μ(ε) for μ = 1, 2, 4 (thin), on a log δ axis so that tails are visible.
 Written as SVG or PNG (by the file's suffix) with matplotlib's object API (no pyplot).
 """
@@ -32,15 +32,15 @@ _GDP_STYLES = ("#999999", "#666666", "#333333")
 
 
 def liu_figure1_examples() -> list[tuple[PrivacyEquation, float]]:
-    """The three running examples with the ε range of their panel: Laplace b = 2/ε at
-    b = 2, "SGD" (A = 2, B = 1, σ = 2) and ICEA (m = 12, n = 1000, A = 1; parameters
-    chosen for illustration, the paper's values could not be read)."""
+    """The three running examples of Liu et al. 2022 (§2) with the ε range of their panel:
+    Laplace with θ = Δ/b = 1 (b = 2, Δ = 2), "SGD" (A = 2, B = 1, σ = 2) and ICEA
+    (m > 10·ln(n/(εδ)) with m = 20, n = 4; q = 1024 for amplification)."""
     from dpaudit.equations import icea_equation, laplace_equation, sgd_equation
 
     return [
         (laplace_equation(scale=2.0, sensitivity=2.0), 4.0),
         (sgd_equation(sigma=2.0, a=2.0, b=1.0), 4.0),
-        (icea_equation(messages=12, parties=1000, a=1.0, field_size=1024), 40.0),
+        (icea_equation(messages=20, parties=4, a=10.0, field_size=1024), 40.0),
     ]
 
 
