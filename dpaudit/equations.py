@@ -20,7 +20,8 @@ Gaussian DP. Numbered results below are theirs, read from the paper's text (§§
    μ_t in closed form; a plug-in's is read numerically (μ_A at ε = 2^(k/2), stated so).
 5. **measurement**: the μ bracket of the refined profile by
    :func:`dpaudit.theory.gdp_bracket` (δ_μ of Thm. 3.1, i.e. Dong, Roth, Su 2019,
-   Cor. 2.13; rigorous on [0, ε_max], the tail by the closed-form μ_t).
+   Cor. 2.13), rigorous on [0, ε_max] where the naive family reaches 1e-12; from there
+   to ε = 4096 a cell bound in log space (``tail_high``); beyond, the closed-form μ_t.
 6. **amplification**: a non-GDP guarantee made GDP by post-processing. The paper's own
    procedure lies beyond the pages read (§§1–3), so dpaudit implements one whose proof is
    written out in :func:`amplify_by_mixing`: on a finite output space of size q, release

@@ -96,6 +96,19 @@ def test_refined_profile_matches_scipy_minimisation_over_eps0(name):
         assert want - 1e-9 <= got <= want + step, (name, e, got, want, step)
 
 
+@pytest.mark.parametrize("mu", [1.0, 2.0, 4.0])
+def test_log_space_gdp_profile_follows_lemma_3_1_in_the_tail(mu):
+    """Lemma 3.1: δ_μ(ε) / δ̃_μ(ε) → 1 with δ̃_μ(ε) = μ e^{−a²/2} / (√(2π) a²),
+    a = ε/μ − μ/2 (the minus lost in extraction). The μ that matches δ̃ is within the
+    leading-order gap: ln(δ̃/δ_μ) ≈ ln(1 + μ/a) ≤ μ/a over a slope d ln δ_μ/dμ ≈ aε/μ²,
+    a relative μ²/(a²ε); twice that covers the next terms, O(1/a²) of it."""
+    for eps in (50.0, 100.0, 1000.0):
+        a = eps / mu - mu / 2
+        log_tilde = math.log(mu) - a * a / 2 - 0.5 * math.log(2 * math.pi) - 2 * math.log(a)
+        got = float(mu_transform([eps], [log_tilde])[0])
+        assert 0.0 < got / mu - 1.0 <= 2 * mu**2 / (a * a * eps), (mu, eps, got)
+
+
 # --------------------------------------------------------------------------------------
 # The paper's three examples and the statements of its Figure 1
 # --------------------------------------------------------------------------------------
