@@ -194,6 +194,8 @@ def test_icea_example_m20_n4_is_not_gdp():
     e = np.array([0.6, 2.0, 30.0])
     np.testing.assert_allclose(naive_profile(eq, e), 4 * np.exp(-2.0) / e, rtol=1e-12)
     assert naive_profile(eq, [0.5])[0] == 1.0  # 4e^{−2}/0.5 > 1
+    refined, _, _ = refined_equation_profile(eq)
+    assert float(refined(np.array([0.0]))[0]) == pytest.approx(0.7454, abs=1e-4)
     assert eq.g(2.0, 4 * math.exp(-2.0) / 2.0) == pytest.approx(20.0)
     r = identify_equation(eq)
     assert not r.gdp
