@@ -1,0 +1,38 @@
+"""The README is the front door: at most 200 lines, `make demo` then `make test` first,
+and every page it links to exists."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+MAX_LINES = 200
+
+
+def test_the_readme_is_at_most_200_lines() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= MAX_LINES
+
+
+def test_the_first_commands_are_make_demo_then_make_test() -> None:
+    text = README.read_text(encoding="utf-8")
+    first = re.search(r"```\w*\n(.*?)```", text, flags=re.DOTALL)
+    assert first is not None
+    assert first.group(1).split("\n")[:2] == ["make demo", "make test"]
+
+
+def test_every_relative_link_resolves() -> None:
+    text = README.read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    relative = [t for t in targets if "://" not in t]
+    assert len(relative) >= 20  # the "which audit", kinds and documentation tables
+    missing = [t for t in relative if not (ROOT / t).is_file()]
+    assert not missing, f"README.md links to missing files: {missing}"
+
+
+def test_the_readme_says_what_make_test_covers() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert "## What `make test` covers" in text
+    assert "(#what-make-test-covers)" in text
