@@ -18,7 +18,16 @@ import pytest
 from pydantic import BaseModel
 
 from dpaudit.kinds import get_kind, kind_names
-from dpaudit.sections import DataSection, ModelSection, TargetSection, TrainingSection
+from dpaudit.sections import (
+    AuditSection,
+    DataSection,
+    ExecutionSection,
+    GateSection,
+    ModelSection,
+    ReportSection,
+    TargetSection,
+    TrainingSection,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ROOT / "docs" / "kinds"
@@ -139,3 +148,23 @@ def test_a_missing_option_is_found() -> None:
     )
     assert "repeats" not in rows
     assert "trials" in rows
+
+
+@pytest.mark.parametrize(
+    ("table", "model"),
+    [
+        ("audit", AuditSection),
+        ("gate", GateSection),
+        ("execution", ExecutionSection),
+        ("report", ReportSection),
+    ],
+)
+def test_the_index_lists_every_key_of_the_tables_every_file_shares(
+    table: str, model: type[BaseModel]
+) -> None:
+    text = (KINDS / "index.md").read_text(encoding="utf-8")
+    row = re.search(rf"^\| `\[{table}\]` \|(.*)$", text, flags=re.MULTILINE)
+    assert row is not None, f"docs/kinds/index.md has no row for [{table}]"
+    keys = set(re.findall(r"`([\w-]+)`", row.group(1)))
+    missing = [key for key in model.model_fields if key not in keys]
+    assert not missing, f"docs/kinds/index.md does not list [{table}] {', '.join(missing)}"
