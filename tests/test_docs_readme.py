@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from dpaudit.config import load_config
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 MAX_LINES = 200
@@ -36,3 +38,15 @@ def test_the_readme_says_what_make_test_covers() -> None:
     text = README.read_text(encoding="utf-8")
     assert "## What `make test` covers" in text
     assert "(#what-make-test-covers)" in text
+
+
+def test_the_first_audit_is_the_shipped_laplace_audit(tmp_path: Path) -> None:
+    """The README's TOML block is audits/laplace.toml without its comments: the same
+    validated tables, so its stated results are that audit's (tests/golden/laplace.json)."""
+    text = README.read_text(encoding="utf-8")
+    block = re.search(r"```toml\n(.*?)```", text, flags=re.DOTALL)
+    assert block is not None
+    shown = tmp_path / "laplace.toml"
+    shown.write_text(block.group(1), encoding="utf-8")
+    shipped = load_config(ROOT / "audits" / "laplace.toml").model_dump(exclude={"base_dir"})
+    assert load_config(shown).model_dump(exclude={"base_dir"}) == shipped
