@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test lint docs format bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@echo "make: setting up $(VENV) (first time: a few minutes; torch is the CPU build)"
@@ -27,10 +27,14 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# The documentation site (mkdocs.yml), built into site/ with warnings as errors.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
 # Removes what the build made, never your audit runs (remove those with rm -r reports/NAME).
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache dpaudit.egg-info
+	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache .import_linter_cache dpaudit.egg-info

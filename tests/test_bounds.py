@@ -26,8 +26,8 @@ from dpaudit.stats import clopper_pearson
 
 # ------------------------------------------------------------------ fixed-threshold values
 def test_published_count_example() -> None:
-    # The worked example of docs/design.md and README: FP 5/1000, FN 50/1000, δ = 1e-5,
-    # one-sided 0.025 per rate.
+    # The worked example of docs/design.md and docs/statistics.md: FP 5/1000, FN 50/1000,
+    # δ = 1e-5, one-sided 0.025 per rate.
     b = epsilon_from_counts(5, 1000, 50, 1000, delta=1e-5, confidence_level=0.95)
     assert b.value == pytest.approx(4.387, abs=1e-3)
     assert b.fpr.high == pytest.approx(

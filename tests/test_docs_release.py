@@ -1,6 +1,6 @@
-"""The README's release-artefact examples run as written (from the repository's root).
+"""The release-artefact examples of docs/release.md run as written (from the repository's root).
 
-Each Python block of the section "The audit as a release artefact" is run: the pytest
+Each Python block of the page is run: the pytest
 example's test function is called, the notebook example audits a real model, and the
 MLflow example (when the ``mlflow`` extra is installed) logs to a local file store in a
 temporary folder. Their printed verdicts and logged metrics are checked, so an example
@@ -17,17 +17,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTION = "## The audit as a release artefact"
+PAGE = ROOT / "docs" / "release.md"
 
 
 def _blocks() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index(SECTION)
-    section = text[start : text.index("\n## ", start + len(SECTION))]
-    return re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    text = PAGE.read_text(encoding="utf-8")
+    return re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
 
 
-def test_the_section_has_the_pytest_notebook_and_mlflow_examples() -> None:
+def test_the_page_has_the_pytest_notebook_and_mlflow_examples() -> None:
     blocks = _blocks()
     assert len(blocks) == 3
     assert "assert_audit_passes" in blocks[0]
@@ -38,7 +36,7 @@ def test_the_section_has_the_pytest_notebook_and_mlflow_examples() -> None:
 def test_the_pytest_example_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     namespace: dict = {}
-    exec(compile(_blocks()[0], "README.md", "exec"), namespace)
+    exec(compile(_blocks()[0], "docs/release.md", "exec"), namespace)
     namespace["test_laplace_is_private"](tmp_path)
     assert (tmp_path / "run" / "results.json").is_file()
 
@@ -49,7 +47,7 @@ def test_the_notebook_example_runs_and_prints_its_verdict(
     monkeypatch.chdir(tmp_path)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(_blocks()[1], "README.md", "exec"), {})
+        exec(compile(_blocks()[1], "docs/release.md", "exec"), {})
     verdict, _, headline = out.getvalue().strip().partition(" ")
     assert verdict in ("pass", "fail")
     assert headline
@@ -68,7 +66,7 @@ def test_the_mlflow_example_logs_and_validates(
     previous = mlflow.get_tracking_uri()
     namespace: dict = {}
     try:
-        exec(compile(_blocks()[2], "README.md", "exec"), namespace)
+        exec(compile(_blocks()[2], "docs/release.md", "exec"), namespace)
     finally:
         mlflow.set_tracking_uri(previous)
     metrics = namespace["result"].metrics
