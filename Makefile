@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint docs format bench clean
+.PHONY: demo test test-slow lint docs format bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@echo "make: setting up $(VENV) (first time: a few minutes; torch is the CPU build)"
@@ -18,8 +18,12 @@ demo: $(STAMP)
 	@echo "make: running the quickstart audit (dpaudit run audits/quickstart.toml)"
 	$(BIN)/dpaudit run audits/quickstart.toml
 
+# Random order (pytest-randomly); the statistical sweeps marked slow run in test-slow.
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -q
+	$(BIN)/python -m pytest -n 2 -q -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q -m slow
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

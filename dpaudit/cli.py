@@ -160,7 +160,11 @@ def _progress(quiet: bool) -> Iterator[Callable[[str, int, int], None] | None]:
         yield None
         return
     if not err_console.is_terminal:
-        yield PlainProgress(lambda line: err_console.print(line, markup=False))
+        plain = PlainProgress(lambda line: err_console.print(line, markup=False))
+        try:
+            yield plain
+        finally:  # an audit that stopped early leaves the models logger as it found it
+            plain.close()
         return
     bars = Progress(
         SpinnerColumn(),
@@ -205,18 +209,22 @@ class PlainProgress:
     class _Listener(logging.Handler):
         """Passes each model record to the progress it belongs to, while that one lives."""
 
-        def __init__(self, owner: PlainProgress) -> None:
+        def __init__(self, owner: PlainProgress, *, level: int) -> None:
             super().__init__(logging.INFO)
             self.owner = weakref.ref(owner)
+            self.restore_level = level  # the logger's own level before the progress listened
 
         def emit(self, record: logging.LogRecord) -> None:
             owner = self.owner()
-            if owner is None:
-                logging.getLogger(PlainProgress.MODELS_LOGGER).removeHandler(self)
-                return
             models = getattr(record, "models", None)
-            if models is not None:
+            if owner is not None and models is not None:
                 owner.models(*models)
+
+        def detach(self) -> None:
+            """Stop listening and give the logger back its level."""
+            logger = logging.getLogger(PlainProgress.MODELS_LOGGER)
+            logger.removeHandler(self)
+            logger.setLevel(self.restore_level)
 
     def __init__(
         self,
@@ -235,7 +243,7 @@ class PlainProgress:
         self._current: str | None = None  # the kind whose units are running
         self._models: tuple[int, int] | None = None  # (done, total) of the unit running
         self._listener: PlainProgress._Listener | None = None
-        self._level = logging.NOTSET
+        self._detach: weakref.finalize | None = None
 
     def __call__(self, description: str, total: int, advance: int) -> None:
         now = self.clock()
@@ -280,19 +288,25 @@ class PlainProgress:
                 line += f", about {_duration(elapsed / work * (total - work))} left"
             self.emit(line)
 
+    def close(self) -> None:
+        """Stop listening to the models logger, whether or not every unit finished."""
+        self._current = None
+        self._listen(False)
+
     def _listen(self, on: bool) -> None:
         """Listen to the units' model records (INFO on the models logger), or stop."""
         logger = logging.getLogger(self.MODELS_LOGGER)
         if on and self._listener is None:
-            self._listener = PlainProgress._Listener(self)
-            self._level = logger.level
+            self._listener = PlainProgress._Listener(self, level=logger.level)
+            # A progress dropped before its kind finished (an audit that raised) detaches
+            # too, once collected: the logger never keeps a level nobody listens at.
+            self._detach = weakref.finalize(self, self._listener.detach)
             logger.addHandler(self._listener)
             if not logger.isEnabledFor(logging.INFO):
                 logger.setLevel(logging.INFO)
-        elif not on and self._listener is not None:
-            logger.removeHandler(self._listener)
-            logger.setLevel(self._level)
-            self._listener = None
+        elif not on and self._detach is not None:
+            self._detach()  # a finalizer runs at most once
+            self._listener = self._detach = None
 
 
 def _duration(seconds: float) -> str:

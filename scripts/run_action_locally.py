@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Run the composite GitHub action in ``action.yml`` on this machine, step by step.
 
 Each ``run:`` step is executed in order with bash, as a runner would
@@ -16,10 +17,20 @@ a status function (none means ``success()``) is left unevaluated, as the step is
 As on GitHub, once a step fails the later steps run only if their condition says
 ``always()`` or ``failure()``.
 
-Usage::
+Usage, from the folder the audit's paths are relative to (the workspace)::
+
+    scripts/run_action_locally.py audits/laplace.toml [--json]
+
+or with every input spelled out and another workspace::
 
     python scripts/run_action_locally.py --input audit=audits/laplace.toml \\
         --input install=false --workdir /tmp/ci [--json]
+
+``AUDIT`` is the ``audit`` input. Two things differ from the action's defaults on
+purpose, as this runs on a machine that already has dpaudit: ``install`` is ``false``
+unless given (``--input install=true`` runs the install step), and the folder of the
+Python running this script goes first on ``PATH`` (in place of setup-python), so the
+steps' ``python`` and ``dpaudit`` are that environment's.
 
 The exit code is the first failing step's (0 when every step passed), as the job's
 would be. ``--json`` prints the steps, the action's outputs and the missing paths.
@@ -256,6 +267,7 @@ def run_action(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("audit", nargs="?", help="The audit file (the action's audit input).")
     parser.add_argument("--action", type=Path, default=ROOT / "action.yml")
     parser.add_argument("--input", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--workdir", type=Path, default=Path.cwd())
@@ -267,8 +279,14 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--input {item!r}: write NAME=VALUE")
         name, value = item.split("=", 1)
         inputs[name] = value
+    if args.audit is not None and inputs.setdefault("audit", args.audit) != args.audit:
+        parser.error(f"AUDIT {args.audit!r} and --input audit={inputs['audit']!r} differ")
+    inputs.setdefault("install", "false")
+    # setup-python's part: this interpreter's python and scripts (dpaudit) come first.
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env = {**os.environ, "PATH": path}
     try:
-        run = run_action(args.action, inputs, workdir=args.workdir)
+        run = run_action(args.action, inputs, workdir=args.workdir, env=env)
     except ActionError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -165,3 +165,39 @@ def test_the_runner_refuses_an_unknown_input(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "unknown inputs ['colour']" in done.stderr
+
+
+def test_the_documented_form_runs_the_audit_given_as_an_argument(tmp_path: Path) -> None:
+    """``scripts/run_action_locally.py AUDIT`` from the workspace, as the README shows: the
+    script runs itself (its shebang), the audit is the ``audit`` input, the workspace is the
+    current folder, install is off, and the steps find the dpaudit of the running Python."""
+    (tmp_path / "audits").mkdir()
+    (tmp_path / "audits" / "privacy.toml").write_text(AUDIT)
+    # An activated environment: its python first on PATH, nothing else of it.
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin",
+                                                  "/bin"])}  # fmt: skip
+    done = subprocess.run(
+        [str(SCRIPT), "audits/privacy.toml", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    run = json.loads(done.stdout)
+    assert (run["exit_code"], run["outputs"]["verdict"], run["missing_paths"]) == (0, "pass", [])
+    assert "install = false: using the dpaudit on PATH" in done.stderr
+    assert (tmp_path / "dpaudit-run" / "results.json").is_file()
+
+
+def test_the_runner_refuses_two_different_audits(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "a.toml", "--input", "audit=b.toml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "AUDIT 'a.toml' and --input audit='b.toml' differ" in done.stderr

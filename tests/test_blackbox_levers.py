@@ -190,6 +190,7 @@ def test_poisson_black_box_scores_are_the_closed_form_mixture() -> None:
 # ------------------------------------------------------------------------------ validity
 
 
+@pytest.mark.slow
 def test_repeated_black_box_audits_of_correct_dpgd_rarely_violate() -> None:
     # μ = 4: 40 models per arm then bound μ well above 0, so the count of violations is
     # measured where the bound is close to working, not on vacuous zeros.

@@ -133,6 +133,7 @@ def _eps(neg, pos, **kw):
     return epsilon_lower_bound(neg, pos, delta=1e-5, **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threshold", ["split", "bonferroni"])
 def test_validity_null(threshold: str) -> None:
     def same(rng):
@@ -142,6 +143,7 @@ def test_validity_null(threshold: str) -> None:
     assert _failure_rate(same, mu_lower_bound, 0.0, threshold) <= CEILING
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threshold", ["split", "bonferroni"])
 def test_validity_laplace_eps_1(threshold: str) -> None:
     def lap(rng):
@@ -153,6 +155,7 @@ def test_validity_laplace_eps_1(threshold: str) -> None:
     assert rate <= CEILING
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threshold", ["split", "bonferroni"])
 def test_validity_gaussian_mu_1(threshold: str) -> None:
     def gauss(rng):

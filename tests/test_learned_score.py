@@ -291,6 +291,7 @@ def _ceiling(repeats: int) -> int:
     return int(stats.binom.ppf(0.999, repeats, 1.0 - C))
 
 
+@pytest.mark.slow
 def test_validity_of_learned_audits_over_400_repeats_and_power() -> None:
     repeats = 400
     assert _ceiling(repeats) == 35

@@ -11,6 +11,7 @@ summarised once; each trained model is reported to the plain progress lines.
 from __future__ import annotations
 
 import difflib
+import io
 import json
 import logging
 import re
@@ -28,10 +29,13 @@ from typer.testing import CliRunner
 pytest.importorskip("opacus")
 
 from opacus import PrivacyEngine
+from rich.console import Console
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+import dpaudit.cli as cli
 import dpaudit.opacus_adapter as adapter
+from dpaudit.accounting import dpsgd_epsilon, dpsgd_mu_bracket
 from dpaudit.cli import PlainProgress, app
 from dpaudit.errors import ConfigError
 from dpaudit.models import ModelSpec
@@ -140,9 +144,14 @@ def test_the_tutorial_audit_exits_0_prints_progress_in_models_and_not_the_loop(
     results = json.loads((run_dir / "results.json").read_text())
     _assert_checks_passed(results)
     # The upper bound is read from what Opacus ran: q = 1/4, 8 steps, σ = 1 (as opacus.toml):
-    # ε for the ε bound and the claim-curve test, the μ bracket's high end for μ.
+    # ε for the ε bound and the claim-curve test, the μ bracket's high end for μ. The
+    # reference is the accountant on those numbers in this process (ε ≈ 5.4576, μ ≈ 1.4287):
+    # PLD's last digits move with the platform's floating point, the wiring must not.
+    ran = {"noise_multiplier": 1.0, "sampling_rate": 0.25, "steps": 8}
+    epsilon = dpsgd_epsilon(**ran, delta=1e-5)
+    assert epsilon == pytest.approx(5.4576, abs=5e-5)
     assert [b["upper"] for b in results["bounds"]] == pytest.approx(
-        [5.457579926011994, 1.4286870258458173, 5.457579926011994], rel=1e-12
+        [epsilon, dpsgd_mu_bracket(**ran)[1], epsilon], rel=1e-12
     )
 
 
@@ -467,6 +476,37 @@ def test_plain_progress_counts_the_models_of_a_unit_at_every_tenth() -> None:
     assert MODEL_PROGRESS.level == logging.NOTSET
     _trained(1, 40)
     assert len(lines) == 11
+
+
+def test_a_progress_stopped_before_its_kind_finished_gives_the_logger_back() -> None:
+    """An audit that raises mid-kind leaves no listener and no INFO level on the logger."""
+    MODEL_PROGRESS.setLevel(logging.WARNING)
+    closed, _, _ = _clocked()
+    closed("training", 3, 0)
+    assert (len(_listeners()), MODEL_PROGRESS.level) == (1, logging.INFO)
+    closed.close()  # what the CLI's progress does when the audit stops early
+    assert (_listeners(), MODEL_PROGRESS.level) == ([], logging.WARNING)
+    closed.close()  # twice is harmless
+    dropped, _, _ = _clocked()
+    dropped("training", 3, 1)
+    assert MODEL_PROGRESS.level == logging.INFO
+    del dropped  # collected: its finalizer detaches
+    assert (_listeners(), MODEL_PROGRESS.level) == ([], logging.WARNING)
+
+
+def _audit_stopped_in_its_first_unit() -> None:
+    with cli._progress(quiet=False) as progress:
+        assert isinstance(progress, PlainProgress)
+        progress("training", 2, 0)
+        assert MODEL_PROGRESS.level == logging.INFO
+        raise RuntimeError("stopped")
+
+
+def test_the_cli_progress_closes_when_the_audit_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "err_console", Console(file=io.StringIO()))  # not a terminal
+    with pytest.raises(RuntimeError, match="stopped"):
+        _audit_stopped_in_its_first_unit()
+    assert (_listeners(), MODEL_PROGRESS.level) == ([], logging.NOTSET)
 
 
 def test_plain_progress_counts_models_every_30_seconds() -> None:
