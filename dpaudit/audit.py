@@ -42,6 +42,7 @@ from dpaudit.kinds.base import KindSummary, UnitPlan, VerdictBudget, check_spend
 from dpaudit.report import render_report
 from dpaudit.results import AuditResult
 from dpaudit.store import (
+    LockRefused,
     RunDirectoryBusy,
     RunLock,
     RunStore,
@@ -227,6 +228,8 @@ def _locked(run_dir: Path) -> Iterator[None]:
             f"the run directory {str(run_dir)!r} is in use by another dpaudit run "
             f"({exc.holder}); wait for it to finish, or give this run another --output-dir"
         ) from None
+    except LockRefused as exc:
+        raise DpauditError(str(exc)) from None
 
 
 def _result(
@@ -583,7 +586,7 @@ VERIFIED_KEYS = (
 )
 
 
-def verify_run(run_dir: str | Path) -> list[str]:
+def verify_run(run_dir: str | Path, *, config: AuditConfig | None = None) -> list[str]:
     """Recompute every bound of a finished run from its stored units and compare.
 
     The configuration comes from ``results.json`` itself (the audit file as written, its
@@ -591,6 +594,12 @@ def verify_run(run_dir: str | Path) -> list[str]:
     be in the run directory, pass its integrity check and carry the digest results.json
     recorded for it; the bounds, checks and verdict recomputed from those units must equal
     the ones in results.json. Nothing is computed anew and nothing is written.
+
+    Args:
+        run_dir: the run directory.
+        config: the configuration the run was started with (a session verifying its own
+            run, whose plug-ins may live beside it rather than beside an audit file); its
+            hash must still be the one recorded.
 
     Returns:
         One line per difference found; an empty list means results.json is what its
@@ -610,9 +619,10 @@ def verify_run(run_dir: str | Path) -> list[str]:
     provenance = recorded.get("provenance") or {}
     audit_file = provenance.get("audit_file")
     base_dir = Path(audit_file).parent if audit_file else run_dir
-    config = load_config_text(
-        str(recorded.get("config_text", "")), base_dir=base_dir, source=str(path)
-    )
+    if config is None:
+        config = load_config_text(
+            str(recorded.get("config_text", "")), base_dir=base_dir, source=str(path)
+        )
     problems: list[str] = []
     if config.config_hash() != provenance.get("config_hash"):
         problems.append("the configuration text does not give the config hash recorded")
