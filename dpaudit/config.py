@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 from dpaudit.errors import ConfigError, not_a_regular_file
 from dpaudit.kinds import get_kind, kind_names
 from dpaudit.kinds.base import RunContext, SequentialSettings, SharedTables
-from dpaudit.plugins import NamesCode, dpaudit_owned, safe_mode_active
+from dpaudit.plugins import NamesCode, safe_mode_active
 from dpaudit.sections import (
     TARGET_FORMATS,
     AuditSection,
@@ -50,6 +50,7 @@ __all__ = [
     "parse_config",
     "run_context",
     "target_format_from_suffix",
+    "unsafe_references",
 ]
 
 
@@ -241,28 +242,31 @@ def _walk_code(table: BaseModel, where: str) -> list[tuple[str, str, NamesCode]]
     return found
 
 
+def unsafe_references(config: AuditConfig) -> list[tuple[str, str]]:
+    """The ``(key, value)`` pairs safe mode refuses as code: every value at a key that can
+    name code (:func:`code_references`) that is not one of the key's built-in names (nor,
+    where the key takes one, a data file path such as ``preprocess``'s ``.skops``)."""
+    return [(w, v) for w, v, marker in code_references(config) if marker.is_code(v)]
+
+
 def check_safe(config: AuditConfig) -> None:
     """Refuse what an audit file from an untrusted source could use to run code or reach
     files elsewhere, WITHOUT importing or opening any of it (safe mode: ``--no-plugins``,
     ``DPAUDIT_NO_PLUGINS=1``).
 
     The rule (``docs/safe-mode.md``): every key whose schema says it can name code
-    (:func:`code_references`) must hold one of that key's built-in names, a data path
-    where the key takes one (``preprocess``: a ``.skops`` file), or a function of
-    dpaudit's own modules (``"dpaudit.…:function"``, ASCII identifiers, found inside the
-    installed package); anything else is refused, whatever it looks like. Also refused:
-    a model file that may be unpickled (``allow_pickle``), a path (data, model, scores,
-    index file, output folder) outside the audit file's folder once symbolic links are
-    resolved, and a remote Dask scheduler.
+    (:func:`code_references`) must hold one of that key's built-in names (or, for
+    ``preprocess``, a ``.skops`` file); any other value is refused, whatever it looks
+    like (a module named like a data source, a non-ASCII or malformed name, a dpaudit
+    module). Also refused: a model file that may be unpickled (``allow_pickle``), a path
+    (data, model, scores, index file, output folder) outside the audit file's folder once
+    symbolic links are resolved, and a remote Dask scheduler.
 
     Raises:
         ConfigError: one line naming the key and the value refused.
     """
-    for where, value, marker in code_references(config):
-        if marker.is_code(value) and not dpaudit_owned(value):
-            raise ConfigError(
-                f"'{where}' = {value!r} is a plug-in: --no-plugins imports no user code"
-            )
+    for where, value in unsafe_references(config):
+        raise ConfigError(f"'{where}' = {value!r} is a plug-in: --no-plugins imports no user code")
     folder = config.base_dir.resolve()
     for where, value in _strings(config.to_dict()):
         key = where.rsplit(".", 1)[-1]

@@ -483,8 +483,9 @@ class DpauditEvaluator(ModelEvaluator):
         from mlflow.entities import Metric
         from mlflow.tracking import MlflowClient
 
-        from dpaudit.session import run_session
+        from dpaudit.session import clear_previous, run_session
 
+        clear_previous(folder.resolve() / "run")  # before any step that can fail
         X, labels, member = _split_features(config, dataset)
         outputs, kind, classes = _class_outputs(model, X, config.output)
         if outputs.ndim != 2 or outputs.shape[0] != labels.size:

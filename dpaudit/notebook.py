@@ -226,8 +226,10 @@ def audit_model(
         DpauditError: unusable input (features that are not numeric, a label count that
             does not match, a model dpaudit cannot query, an unknown attack).
     """
-    from dpaudit.session import run_session
+    from dpaudit.session import clear_previous, run_session
 
+    if output_dir is not None:  # before any check that can fail: no earlier pass survives
+        clear_previous(Path(output_dir).resolve())
     train = _as_features(X_train, "X_train")
     test = _as_features(X_test, "X_test")
     if train.shape[1] != test.shape[1]:

@@ -24,8 +24,8 @@ makes a changed plug-in start new work units).
 **Safe mode** (``dpaudit run --no-plugins``, ``DPAUDIT_NO_PLUGINS=1`` for every command
 and Python entry): the audit file's code references are decided from the parsed file
 before any import (:func:`dpaudit.config.check_safe`, fed by the schema fields marked
-:class:`NamesCode`), and :func:`load_plugin` itself refuses every module but dpaudit's own,
-so a key that escaped the schemas still imports nothing.
+:class:`NamesCode`), and :func:`load_plugin` itself refuses every plug-in
+(:class:`UnresolvedCode`), so a key that escaped the schemas still imports nothing.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ __all__ = [
     "NO_PLUGINS_ENV",
     "NamesCode",
     "PluginError",
-    "dpaudit_owned",
+    "UnresolvedCode",
     "file_digest",
     "guard_user_exit",
     "interrupt_handler",
@@ -71,6 +71,11 @@ _CTRL_C = threading.Event()
 
 class PluginError(DpauditError):
     """User code (a plug-in) tried to end or abort the run itself."""
+
+
+class UnresolvedCode(ConfigError):
+    """Safe mode met a code reference that the audit file's check did not decide (a key
+    whose schema does not mark it :class:`NamesCode`): refused at import, a bug to fix."""
 
 
 #: The environment variable that turns safe mode on for every command and Python entry.
@@ -139,28 +144,6 @@ class NamesCode:
 #: ``pkg.module:function`` with ASCII identifiers only (no spaces, no other letters).
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 _SPEC = re.compile(rf"{_IDENTIFIER}(?:\.{_IDENTIFIER})*:{_IDENTIFIER}")
-#: The folder dpaudit's own modules live in.
-_PACKAGE = Path(__file__).resolve().parent
-
-
-def dpaudit_owned(spec: str) -> bool:
-    """Whether ``"pkg.module:function"`` names a function of dpaudit's own modules.
-
-    Decided without running the module: the name must be ASCII identifiers under
-    ``dpaudit.``, and the file Python would import for it must lie inside the installed
-    dpaudit package (finding it imports only dpaudit's own parent packages).
-    """
-    if not _SPEC.fullmatch(spec) or not spec.startswith("dpaudit."):
-        return False
-    try:
-        found = importlib.util.find_spec(spec.partition(":")[0])
-    except (ImportError, ValueError):
-        return False
-    if found is None or found.origin is None:
-        return False
-    return Path(found.origin).resolve().is_relative_to(_PACKAGE)
-
-
 _LAST_INTERRUPT = [0.0]
 
 
@@ -277,8 +260,8 @@ def load_plugin(
         PluginError: the module tried to exit or abort while it was imported.
     """
     module_name, attr = split_spec(spec, what=what)
-    if safe_mode_active() and not dpaudit_owned(spec):
-        raise ConfigError(
+    if safe_mode_active():
+        raise UnresolvedCode(
             f"the {what} {spec!r} is user code: safe mode (--no-plugins, "
             f"{NO_PLUGINS_ENV}=1) imports none"
         )
@@ -338,12 +321,12 @@ def _check_imported_is_named(
 def locate_plugin(spec: str, *, base_dir: str | Path | None = None) -> Path | None:
     """The file of the module behind ``spec`` (found, not imported), or ``None``.
 
-    Finding ``pkg.module`` imports ``pkg``: in safe mode only dpaudit's own modules are
-    looked for, and a name that is not ``pkg.module:function`` is never searched.
+    Finding ``pkg.module`` imports ``pkg``: in safe mode nothing is looked for, and a
+    name that is not ``pkg.module:function`` is never searched.
     """
     if not isinstance(spec, str) or not _SPEC.fullmatch(spec):
         return None
-    if safe_mode_active() and not dpaudit_owned(spec):
+    if safe_mode_active():
         return None
     module_name = spec.partition(":")[0]
     _search_folder(base_dir)
