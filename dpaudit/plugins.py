@@ -30,9 +30,11 @@ before any import (:func:`dpaudit.config.check_safe`, fed by the schema fields m
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
+import io
 import os
 import re
 import signal
@@ -40,7 +42,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -100,7 +101,7 @@ def safe_mode_active() -> bool:
     return _SAFE_DEPTH[0] > 0 or value == "1"
 
 
-@contextmanager
+@contextlib.contextmanager
 def safe_mode(on: bool = True) -> Iterator[None]:
     """Run the block in safe mode when ``on`` (``--no-plugins``); a no-op otherwise."""
     if not on:
@@ -267,23 +268,38 @@ def load_plugin(
         )
     _search_folder(base_dir)
     where = f"the {what} plug-in {spec!r}"
+    # What the module writes to stderr while it is imported (an argparse usage text) is
+    # held back: quoted in dpaudit's one line if the import fails, passed on if it works.
+    said = io.StringIO()
     try:
-        module = importlib.import_module(module_name)
+        with contextlib.redirect_stderr(said):
+            module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(
-            f"Cannot import module {module_name!r} for {what} {spec!r}: {exc}. Is it installed, "
-            "or next to the audit file?"
+            f"Cannot import module {module_name!r} for {what} {spec!r}: {exc}{_quoted(said)}. "
+            "Is it installed, or next to the audit file?"
         ) from None
     except BaseException as exc:
         converted = guard_user_exit(exc, f"{where}, while it was imported,")
         if converted is exc:
             raise
+        if said.getvalue().strip():
+            converted = type(converted)(f"{converted}{_quoted(said)}")
         raise converted from None
+    sys.stderr.write(said.getvalue())
     _check_imported_is_named(module, module_name, base_dir, f"{what} {spec!r}")
     fn = getattr(module, attr, None)
     if fn is None or not callable(fn):
         raise ConfigError(f"Module {module_name!r} has no callable {attr!r} (from {spec!r}).")
     return _Guarded(fn, where)
+
+
+def _quoted(said: io.StringIO) -> str:
+    """What user code wrote to stderr, as a clause of a one-line message ('' if nothing)."""
+    text = " ".join(said.getvalue().split())
+    if not text:
+        return ""
+    return f" (it wrote to stderr: {text[:300]!r}{'...' if len(text) > 300 else ''})"
 
 
 def _check_imported_is_named(

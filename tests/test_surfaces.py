@@ -174,15 +174,29 @@ def test_pytest_exit_of_a_plug_in_is_a_failure(tmp_path: Path) -> None:
     (tmp_path / "a.toml").write_text(PLUGIN.format(module="exits"))
     with pytest.raises(AuditInputError, match=r"os\._exit\(\)"):
         run_checked(tmp_path / "a.toml", output_dir=tmp_path / "run")
-    # pytest --dpaudit: the item fails with the one line, and pytest does not exit 0
+
+
+@pytest.mark.slow  # a whole pytest session in a subprocess
+def test_pytest_dpaudit_items_fail_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "exits.py").write_text(EXITS)
+    (tmp_path / "a.toml").write_text(PLUGIN.format(module="exits"))
+    # pytest --dpaudit: each item fails with its one line (an exit, a raise), pytest exits 1
+    (tmp_path / "raises.py").write_text(
+        "def mechanism(data, *, rng, size):\n    raise ValueError('boom from the plug-in')\n"
+    )
+    (tmp_path / "b.toml").write_text(PLUGIN.format(module="raises").replace("surface", "b"))
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider",
-         "--dpaudit", "--dpaudit-output", str(tmp_path / "out"), str(tmp_path / "a.toml")],
+         "--dpaudit", "--dpaudit-output", str(tmp_path / "out"), str(tmp_path / "a.toml"),
+         str(tmp_path / "b.toml")],
         capture_output=True, text=True, cwd=tmp_path, check=False, timeout=600,
     )  # fmt: skip
     assert done.returncode == 1, done.stdout
-    assert "the audit cannot run (dpaudit run would exit 2)" in done.stdout
+    assert "2 failed" in done.stdout
+    assert "os._exit()" in done.stdout
+    assert "unexpected ValueError: boom from the plug-in" in done.stdout
     assert "Traceback" not in done.stdout
+    assert "dpaudit/" not in done.stdout  # no frame of dpaudit's own code
 
 
 def test_pytest_rerun_that_cannot_load_leaves_no_earlier_pass(tmp_path: Path) -> None:
@@ -345,3 +359,36 @@ def test_notebook_safe_mode_and_a_linked_lock(
             output_dir=tmp_path / "safe",
         )  # fmt: skip
     assert not marker.exists()
+
+
+# ----------------------------------------------------------------------- smaller holes
+
+
+def test_complex_mechanism_outputs_are_refused_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "cplx.py").write_text(
+        "def mechanism(data, *, rng, size):\n"
+        "    return rng.laplace(0.0, 1.0, size) + 1j * data[0]\n"
+    )
+    (tmp_path / "a.toml").write_text(PLUGIN.format(module="cplx"))
+    done = runner.invoke(app, ["run", str(tmp_path / "a.toml"), "-q", "-o", str(tmp_path / "r")])
+    assert done.exit_code == 2
+    assert _lines(done.output) == [
+        "error: Mechanism 'cplx:mechanism' returned complex128 values; dpaudit audits real "
+        "numbers only (return floats: the real quantity your mechanism releases)"
+    ]
+
+
+def test_a_plug_in_s_stderr_at_import_is_quoted_in_the_one_line(tmp_path: Path) -> None:
+    (tmp_path / "argv.py").write_text(
+        "import argparse\nparser = argparse.ArgumentParser(prog='tool')\n"
+        "parser.add_argument('--needed', required=True)\nparser.parse_args()\n"
+        "def mechanism(data, *, rng, size):\n    return rng.laplace(0.0, 1.0, size)\n"
+    )
+    (tmp_path / "a.toml").write_text(PLUGIN.format(module="argv"))
+    done = runner.invoke(app, ["validate", str(tmp_path / "a.toml")])
+    assert done.exit_code == 2
+    (line,) = _lines(done.output)
+    assert line.startswith(
+        "error: the mechanism plug-in 'argv:mechanism', while it was imported, called sys.exit(2)"
+    )
+    assert "(it wrote to stderr: 'usage: tool [-h] --needed NEEDED tool: error:" in line
