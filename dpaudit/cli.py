@@ -1290,7 +1290,7 @@ def init_command(
 
 #: Commands that run user code: the console script runs them in a child process it
 #: watches, so that user code that kills its process (``os._exit``) is still reported.
-SUPERVISED = ("run", "validate", "verify", "card")
+SUPERVISED = ("run", "validate", "plan", "verify", "card")
 _CHILD = "DPAUDIT_SUPERVISED_FD"
 
 
