@@ -42,6 +42,7 @@ from dpaudit.kinds.base import KindSummary, UnitPlan, VerdictBudget, check_spend
 from dpaudit.report import render_report
 from dpaudit.results import AuditResult
 from dpaudit.store import (
+    LockRefused,
     RunDirectoryBusy,
     RunLock,
     RunStore,
@@ -227,6 +228,8 @@ def _locked(run_dir: Path) -> Iterator[None]:
             f"the run directory {str(run_dir)!r} is in use by another dpaudit run "
             f"({exc.holder}); wait for it to finish, or give this run another --output-dir"
         ) from None
+    except LockRefused as exc:
+        raise DpauditError(str(exc)) from None
 
 
 def _result(
@@ -261,7 +264,12 @@ def _result(
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
         "timings_seconds": timings,
         "units": {
-            name: {**st.stats.to_dict(), "key": st.key, "digests": st.digests}
+            name: {
+                **st.stats.to_dict(),
+                "key": st.key,
+                "digests": st.digests,
+                **({"rejected": list(st.rejected)} if st.rejected else {}),
+            }
             for name, st in stored.items()
         },
         "audit_file": None if config.source is None else str(config.source),
@@ -565,32 +573,70 @@ def _environment() -> dict[str, Any]:
     }
 
 
-#: The parts of results.json that :func:`verify_run` recomputes and compares.
-#: What ``verify_run`` recomputes and compares: everything derived from the stored units
-#: (the verdict's words, ``headline`` and ``findings``, included; the run's ``warnings``
-#: are not, since some of them are what the user's code printed while it trained).
-VERIFIED_KEYS = (
-    "name",
-    "verdict",
-    "privacy_verdict",
-    "headline",
-    "findings",
-    "checks",
-    "bounds",
-    "tests",
-    "attribute",
-    "data_hash",
+#: What ``verify_run`` cannot recompute, and so does not compare: when, where and with what
+#: the run happened (``provenance``'s start and end times, seconds, dpaudit's, Python's and
+#: the libraries' versions, the platform, the run directory and audit file paths, how
+#: many units were computed or reused, and the warnings about units found damaged and
+#: computed again, which ``provenance.units.<kind>.rejected`` lists). Every other field of
+#: ``results.json`` is recomputed from the stored units and the audit file text it holds,
+#: and compared.
+UNVERIFIED_PROVENANCE = (
+    "started",
+    "finished",
+    "timings_seconds",
+    "dpaudit_version",
+    "python",
+    "platform",
+    "libraries",
+    "run_dir",
+    "audit_file",
 )
+#: Of each kind's ``provenance.units`` entry, what is compared (its counts are not).
+_VERIFIED_UNIT_KEYS = ("key", "digests", "total")
 
 
-def verify_run(run_dir: str | Path) -> list[str]:
+def _comparable(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` without the fields :data:`UNVERIFIED_PROVENANCE` names."""
+    out = dict(document)
+    provenance = out.get("provenance")
+    if isinstance(provenance, dict):
+        kept = {k: v for k, v in provenance.items() if k not in UNVERIFIED_PROVENANCE}
+        units = kept.get("units")
+        if isinstance(units, dict):
+            kept["units"] = {
+                name: {k: v for k, v in u.items() if k in _VERIFIED_UNIT_KEYS}
+                if isinstance(u, dict)
+                else u
+                for name, u in units.items()
+            }
+        out["provenance"] = kept
+    return out
+
+
+def verify_run(
+    run_dir: str | Path,
+    *,
+    config: AuditConfig | None = None,
+    recompute: dict[str, Any] | None = None,
+) -> list[str]:
     """Recompute every bound of a finished run from its stored units and compare.
 
     The configuration comes from ``results.json`` itself (the audit file as written, its
     folder for relative paths and plug-ins). Every unit that result was computed from must
     be in the run directory, pass its integrity check and carry the digest results.json
-    recorded for it; the bounds, checks and verdict recomputed from those units must equal
-    the ones in results.json. Nothing is computed anew and nothing is written.
+    recorded for it; the whole document recomputed from those units (verdict, checks,
+    bounds, tests, findings, warnings, configuration, confidence levels, name and
+    description, provenance) must equal results.json, except the fields
+    :data:`UNVERIFIED_PROVENANCE` names (times, host, versions, paths). Nothing is
+    computed anew and nothing is written.
+
+    Args:
+        run_dir: the run directory.
+        config: the configuration the run was started with (a session verifying its own
+            run, whose plug-ins may live beside it rather than beside an audit file); its
+            hash must still be the one recorded.
+        recompute: when given (an empty dict), filled with the recomputed document: what
+            a card or report is rendered from, never the file's own values.
 
     Returns:
         One line per difference found; an empty list means results.json is what its
@@ -610,9 +656,10 @@ def verify_run(run_dir: str | Path) -> list[str]:
     provenance = recorded.get("provenance") or {}
     audit_file = provenance.get("audit_file")
     base_dir = Path(audit_file).parent if audit_file else run_dir
-    config = load_config_text(
-        str(recorded.get("config_text", "")), base_dir=base_dir, source=str(path)
-    )
+    if config is None:
+        config = load_config_text(
+            str(recorded.get("config_text", "")), base_dir=base_dir, source=str(path)
+        )
     problems: list[str] = []
     if config.config_hash() != provenance.get("config_hash"):
         problems.append("the configuration text does not give the config hash recorded")
@@ -650,9 +697,32 @@ def verify_run(run_dir: str | Path) -> list[str]:
     again = json.loads(
         json.dumps(_result(config, stored, run_dir, datetime.now(UTC), 0.0).to_dict())
     )
-    for key in VERIFIED_KEYS:
-        if again.get(key) != recorded.get(key):
+    mine, theirs = _comparable(again), _comparable(recorded)
+    history = {
+        line
+        for unit in (recorded.get("provenance") or {}).get("units", {}).values()
+        if isinstance(unit, dict)
+        for line in unit.get("rejected") or ()
+    }
+    if isinstance(theirs.get("warnings"), list):
+        theirs["warnings"] = [w for w in theirs["warnings"] if w not in history]
+    for key in sorted(set(mine) | set(theirs)):
+        if key == "provenance":
+            for sub in sorted(set(mine[key]) | set(theirs.get(key) or {})):
+                if mine[key].get(sub) != (theirs.get(key) or {}).get(sub):
+                    problems.append(
+                        f"results.json's 'provenance.{sub}' differs from what its stored units give"
+                    )
+        elif mine.get(key) != theirs.get(key):
             problems.append(f"results.json's {key!r} differs from what its stored units give")
+    if recompute is not None:
+        # what verify could not recompute is taken from the file; the rest is recomputed
+        kept = recorded.get("provenance") or {}
+        recompute["provenance"] = {
+            **again["provenance"],
+            **{k: v for k, v in kept.items() if k in UNVERIFIED_PROVENANCE},
+        }
+        recompute.update({k: v for k, v in again.items() if k != "provenance"})
     return problems
 
 

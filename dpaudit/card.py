@@ -644,7 +644,8 @@ def card_for_run(run_dir: str | Path, out_dir: str | Path | None = None) -> tupl
     """Verify a finished run, then write its card (``dpaudit card RUN_DIR``).
 
     The run is verified as ``dpaudit verify`` does (:func:`dpaudit.audit.verify_run`):
-    ``results.json`` must fit its schema and equal what the run's stored units give.
+    ``results.json`` must fit its schema and equal what the run's stored units give; the
+    card is then rendered from the recomputed document, not from the file.
 
     Args:
         run_dir: A run directory holding ``results.json`` and its units.
@@ -671,10 +672,12 @@ def card_for_run(run_dir: str | Path, out_dir: str | Path | None = None) -> tupl
     if not isinstance(results, dict):
         raise DataError(f"{str(path)!r} is not a results object (a JSON object is expected)")
     validate_results(results)
-    problems = verify_run(run)
+    recomputed: dict[str, Any] = {}
+    problems = verify_run(run, recompute=recomputed)
     if problems:
         raise DpauditError(
             f"{run}: results.json does not match its stored units ({len(problems)} "
             f"problems, the first: {problems[0]}); no card is made from an unverified run"
         )
-    return write_card(results, run if out_dir is None else out_dir)
+    # rendered from what the stored units give, never from the file's own values
+    return write_card(recomputed, run if out_dir is None else out_dir)

@@ -44,11 +44,11 @@ from rich.table import Table
 from rich.text import Text
 
 from dpaudit._version import __version__
-from dpaudit.config import check_runnable, check_safe, load_config, run_context, size_notes
+from dpaudit.config import check_runnable, load_config, run_context, size_notes
 from dpaudit.errors import DpauditError, check_in_interval
 from dpaudit.kinds import get_kind, kind_names
 from dpaudit.membership.sanity import accuracy_line
-from dpaudit.plugins import guard_user_exit, interrupt_handler
+from dpaudit.plugins import guard_user_exit, interrupt_handler, safe_mode, safe_mode_active
 from dpaudit.recipes import sampling_plan, steps_from_rate
 from dpaudit.safe_text import ASCII_ERRORS, for_xml, one_line
 from dpaudit.store import LOCK_NAME, atomic_write_bytes, atomic_write_text
@@ -511,21 +511,29 @@ def run_command(
     no_plugins: Annotated[bool, NO_PLUGINS] = False,
 ) -> None:
     """Run an audit; exit 0 if every gate check passed, 1 if one failed, 2 on bad input."""
-    from dpaudit.audit import default_run_dir, run_audit
+    from dpaudit.audit import default_run_dir
+    from dpaudit.session import run_session
 
-    with _user_code():
-        config = load_config(file)
-        if no_plugins:
-            check_safe(config)
     # Resolved once, before any user code runs: a plug-in that changes the working
     # directory cannot move where the results are written.
-    run_dir = (output_dir if output_dir is not None else default_run_dir(config)).resolve()
+    given = None if output_dir is None else output_dir.resolve()
     junit = None if junit is None else junit.resolve()
+    if given is None:
+        with _user_code(), safe_mode(no_plugins):
+            given = default_run_dir(load_config(file)).resolve()
     if junit is not None:
-        _check_junit_path(junit, run_dir, file.resolve())
+        _check_junit_path(junit, given, file.resolve())
     say = None if quiet else _say
-    with _user_code(run_dir), _progress(quiet) as progress:
-        result = run_audit(config, output_dir=run_dir, progress=progress, log=say)
+    with _user_code(given), _progress(quiet) as progress:
+        result = run_session(
+            file,
+            output_dir=given,
+            safe=no_plugins,
+            supervise=False,  # the console script watches this process
+            junit=junit,
+            progress=progress,
+            log=say,
+        )
     if junit is not None:
         write_junit(result, junit)
     if not quiet:
@@ -538,9 +546,9 @@ def run_command(
 
 NO_PLUGINS = typer.Option(
     "--no-plugins",
-    envvar="DPAUDIT_NO_PLUGINS",
     help="Safe mode for untrusted audit files: import no user code (plug-ins), unpickle "
-    "nothing, touch no path outside the audit file's folder.",
+    "nothing, touch no path outside the audit file's folder (also DPAUDIT_NO_PLUGINS=1, "
+    "which every command honours).",
 )
 
 
@@ -556,11 +564,10 @@ def validate_command(
     refuses plug-ins and paths outside the file's folder.
     """
 
-    with _user_code():
+    no_plugins = no_plugins or safe_mode_active()
+    with _user_code(), safe_mode(no_plugins):
         config = load_config(file)
-        if no_plugins:
-            check_safe(config)
-        else:
+        if not no_plugins:
             check_runnable(config)
     for line in size_notes(config):
         console.print(one_line(line), markup=False)
@@ -1297,7 +1304,7 @@ def init_command(
 
 #: Commands that run user code: the console script runs them in a child process it
 #: watches, so that user code that kills its process (``os._exit``) is still reported.
-SUPERVISED = ("run", "validate", "verify", "card")
+SUPERVISED = ("run", "validate", "plan", "verify", "card")
 _CHILD = "DPAUDIT_SUPERVISED_FD"
 
 
@@ -1400,6 +1407,11 @@ def _report_exit(code: int) -> None:
 def main() -> None:
     """Console-script entry point."""
     _ascii_if_needed()
+    try:
+        safe_mode_active()  # a misspelt DPAUDIT_NO_PLUGINS is one line, for every command
+    except DpauditError as exc:
+        err_console.print(f"error: {one_line(exc)}", markup=False)
+        sys.exit(EXIT_BAD_INPUT)
     argv = sys.argv[1:]
     if argv and argv[0] in SUPERVISED and _CHILD not in os.environ and hasattr(os, "pipe"):
         sys.exit(_supervise(argv))

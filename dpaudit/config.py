@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from dpaudit.errors import ConfigError, not_a_regular_file
 from dpaudit.kinds import get_kind, kind_names
 from dpaudit.kinds.base import RunContext, SequentialSettings, SharedTables
+from dpaudit.plugins import NamesCode, safe_mode_active
 from dpaudit.sections import (
     TARGET_FORMATS,
     AuditSection,
@@ -43,11 +43,14 @@ __all__ = [
     "TARGET_FORMATS",
     "AuditConfig",
     "check_runnable",
+    "check_safe",
+    "code_references",
     "format_validation_error",
     "load_config",
     "parse_config",
     "run_context",
     "target_format_from_suffix",
+    "unsafe_references",
 ]
 
 
@@ -175,35 +178,98 @@ def check_runnable(config: AuditConfig) -> None:
         get_kind(name).check_runnable(config.section(name), context)
 
 
-#: ``"source:name"`` values that name data, not code (``sklearn:digits``, ``csv:x.csv``).
-DATA_SOURCES = ("sklearn", "statsmodels", "csv", "parquet", "synthetic")
-_PLUGIN = re.compile(r"^([A-Za-z_][\w.]*):[A-Za-z_]\w*$")
 #: Keys whose value is a path dpaudit reads or writes.
 _PATH_KEYS = ("path", "scores", "output_dir", "preprocess")
 
 
+def code_references(config: AuditConfig) -> list[tuple[str, str, NamesCode]]:
+    """Every value of the file at a key that can name code, with its dotted key.
+
+    The keys are not listed by hand: every field of every table (the shared tables and
+    each kind's, nested tables included) whose schema carries :class:`NamesCode` is one,
+    so a key added to a schema is decided by the same rule.
+    """
+    tables: list[tuple[str, BaseModel]] = [
+        (name, getattr(config, name)) for name in AuditConfig.model_fields if name != "sections"
+    ]
+    tables += list(config.sections.items())
+    found: list[tuple[str, str, NamesCode]] = []
+    for where, table in tables:
+        if isinstance(table, BaseModel):
+            found += _walk_code(table, where)
+    return found
+
+
+def code_fields(model: type[BaseModel]) -> dict[str, NamesCode]:
+    """The fields of ``model`` (not nested) whose schema marks them as naming code."""
+    out = {}
+    for name, field in model.model_fields.items():
+        marker = _names_code(field.annotation, field.metadata)
+        if marker is not None:
+            out[name] = marker
+    return out
+
+
+def _names_code(annotation: Any, metadata: list[Any]) -> NamesCode | None:
+    """The :class:`NamesCode` in a field's metadata or anywhere inside its type."""
+    for item in metadata:
+        if isinstance(item, NamesCode):
+            return item
+    for item in getattr(annotation, "__metadata__", ()) or ():
+        if isinstance(item, NamesCode):
+            return item
+    for arg in get_args(annotation):
+        found = _names_code(arg, [])
+        if found is not None:
+            return found
+    return None
+
+
+def _walk_code(table: BaseModel, where: str) -> list[tuple[str, str, NamesCode]]:
+    found: list[tuple[str, str, NamesCode]] = []
+    marked = code_fields(type(table))
+    for name in type(table).model_fields:
+        value = getattr(table, name)
+        key = f"{where}.{name}"
+        if name in marked:
+            found += [(k, v, marked[name]) for k, v in _strings(value, key)]
+        elif isinstance(value, BaseModel):
+            found += _walk_code(value, key)
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    found += _walk_code(item, f"{key}.{i}")
+    return found
+
+
+def unsafe_references(config: AuditConfig) -> list[tuple[str, str]]:
+    """The ``(key, value)`` pairs safe mode refuses as code: every value at a key that can
+    name code (:func:`code_references`) that is not one of the key's built-in names (nor,
+    where the key takes one, a data file path such as ``preprocess``'s ``.skops``)."""
+    return [(w, v) for w, v, marker in code_references(config) if marker.is_code(v)]
+
+
 def check_safe(config: AuditConfig) -> None:
     """Refuse what an audit file from an untrusted source could use to run code or reach
-    files elsewhere, WITHOUT importing or opening any of it (``--no-plugins``).
+    files elsewhere, WITHOUT importing or opening any of it (safe mode: ``--no-plugins``,
+    ``DPAUDIT_NO_PLUGINS=1``).
 
-    Refused: any ``"pkg.module:function"`` plug-in (a mechanism, log density, score,
-    trainer, target factory, reference trainer, ...: importing it runs its code), a model
-    file that may be unpickled (``allow_pickle``), a path (data, model, scores, index
-    file, output folder) outside the audit file's folder once symbolic links are
-    resolved, and a remote Dask scheduler. Built-in data sets and dpaudit's own modules
-    are allowed.
+    The rule (``docs/safe-mode.md``): every key whose schema says it can name code
+    (:func:`code_references`) must hold one of that key's built-in names (or, for
+    ``preprocess``, a ``.skops`` file); any other value is refused, whatever it looks
+    like (a module named like a data source, a non-ASCII or malformed name, a dpaudit
+    module). Also refused: a model file that may be unpickled (``allow_pickle``), a path
+    (data, model, scores, index file, output folder) outside the audit file's folder once
+    symbolic links are resolved, and a remote Dask scheduler.
 
     Raises:
         ConfigError: one line naming the key and the value refused.
     """
+    for where, value in unsafe_references(config):
+        raise ConfigError(f"'{where}' = {value!r} is a plug-in: --no-plugins imports no user code")
     folder = config.base_dir.resolve()
     for where, value in _strings(config.to_dict()):
         key = where.rsplit(".", 1)[-1]
-        match = _PLUGIN.match(value)
-        if match and match.group(1) not in DATA_SOURCES and not value.startswith("dpaudit."):
-            raise ConfigError(
-                f"'{where}' = {value!r} is a plug-in: --no-plugins imports no user code"
-            )
         path: str | None = None
         source, _, rest = value.partition(":")
         if key == "dataset" and source in ("csv", "parquet"):
@@ -347,4 +413,6 @@ def load_config_text(
     config._base_dir = Path(base_dir)
     config._source = path
     config._text = text
+    if safe_mode_active():
+        check_safe(config)
     return config

@@ -483,8 +483,9 @@ class DpauditEvaluator(ModelEvaluator):
         from mlflow.entities import Metric
         from mlflow.tracking import MlflowClient
 
-        from dpaudit.audit import run_audit
+        from dpaudit.session import clear_previous, run_session
 
+        clear_previous(folder.resolve() / "run")  # before any step that can fail
         X, labels, member = _split_features(config, dataset)
         outputs, kind, classes = _class_outputs(model, X, config.output)
         if outputs.ndim != 2 or outputs.shape[0] != labels.size:
@@ -492,12 +493,13 @@ class DpauditEvaluator(ModelEvaluator):
                 f"The model returned outputs of shape {outputs.shape} for {labels.size} rows."
             )
         index = _class_indices(labels, classes, outputs.shape[1])
-        inputs, run_dir = folder / "audit", folder / "run"
-        inputs.mkdir(parents=True, exist_ok=True)
+        # the files written below go into a fresh folder: none already there is overwritten
+        folder.mkdir(parents=True, exist_ok=True)
+        inputs, run_dir = Path(tempfile.mkdtemp(prefix="audit-", dir=folder)), folder / "run"
         _write_scores(inputs / "scores.csv", outputs, kind, index, member)
         audit_file = inputs / "audit.toml"
         audit_file.write_text(audit_text(config, scores="scores.csv", run_id=run_id))
-        run_audit(audit_file, output_dir=run_dir)
+        run_session(audit_file, output_dir=run_dir)  # supervised; a pass is verified
         results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
         metrics = metrics_from_results(results, prefix=config.metric_prefix)
 

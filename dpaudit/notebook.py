@@ -211,8 +211,11 @@ def audit_model(
         gate: the ``[gate]`` table (e.g. ``{"max_auc": 0.6}``); ``fail_on_violation``
             defaults to false, since a brought model states no DP claim to violate.
         output_dir: the run directory (default: a new temporary folder, kept, so that its
-            report stays readable). The model is stored in it as a pickle and loaded back
-            with ``allow_pickle = true``, which the result's warnings say.
+            report stays readable). The model, data and audit file are written into a new
+            folder ``inputs-…`` inside it (no file already there is overwritten); the
+            model is stored as a pickle and loaded back with ``allow_pickle = true``,
+            which the result's warnings say. The audit runs through the one run session
+            (:func:`dpaudit.session.run_session`), in a watched child process.
         report: write ``report.html`` into the run directory (``[report] html``).
 
     Returns:
@@ -223,9 +226,10 @@ def audit_model(
         DpauditError: unusable input (features that are not numeric, a label count that
             does not match, a model dpaudit cannot query, an unknown attack).
     """
-    from dpaudit.audit import run_audit
-    from dpaudit.config import load_config
+    from dpaudit.session import clear_previous, run_session
 
+    if output_dir is not None:  # before any check that can fail: no earlier pass survives
+        clear_previous(Path(output_dir).resolve())
     train = _as_features(X_train, "X_train")
     test = _as_features(X_test, "X_test")
     if train.shape[1] != test.shape[1]:
@@ -241,8 +245,10 @@ def audit_model(
         if output_dir is not None
         else Path(tempfile.mkdtemp(prefix="dpaudit-notebook-"))
     )
-    inputs = run_dir / "inputs"
-    inputs.mkdir(parents=True, exist_ok=True)
+    # A fresh folder of our own for the files written below: nothing already in the run
+    # directory (an audit file, data, a model of the user's) is ever overwritten.
+    run_dir.mkdir(parents=True, exist_ok=True)
+    inputs = Path(tempfile.mkdtemp(prefix="inputs-", dir=run_dir))
     import pandas as pd
 
     frame = pd.DataFrame(np.vstack([train, test]), columns=[f"x{i}" for i in range(train.shape[1])])
@@ -280,5 +286,4 @@ def audit_model(
         "report": {"html": report},
     }
     (inputs / "audit.toml").write_text(_toml(tables), encoding="utf-8")
-    config = load_config(inputs / "audit.toml")
-    return show(run_audit(config, output_dir=run_dir))
+    return show(run_session(inputs / "audit.toml", output_dir=run_dir))

@@ -20,18 +20,29 @@ here, the same way:
 
 :func:`locate_plugin` finds the module's file WITHOUT importing it (for the digest that
 makes a changed plug-in start new work units).
+
+**Safe mode** (``dpaudit run --no-plugins``, ``DPAUDIT_NO_PLUGINS=1`` for every command
+and Python entry): the audit file's code references are decided from the parsed file
+before any import (:func:`dpaudit.config.check_safe`, fed by the schema fields marked
+:class:`NamesCode`), and :func:`load_plugin` itself refuses every plug-in
+(:class:`UnresolvedCode`), so a key that escaped the schemas still imports nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
+import io
+import os
+import re
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -39,13 +50,18 @@ from typing import Any
 from dpaudit.errors import ConfigError, DpauditError
 
 __all__ = [
+    "NO_PLUGINS_ENV",
+    "NamesCode",
     "PluginError",
+    "UnresolvedCode",
     "file_digest",
     "guard_user_exit",
     "interrupt_handler",
     "load_plugin",
     "locate_plugin",
     "plugin_digest",
+    "safe_mode",
+    "safe_mode_active",
     "split_spec",
 ]
 
@@ -58,6 +74,77 @@ class PluginError(DpauditError):
     """User code (a plug-in) tried to end or abort the run itself."""
 
 
+class UnresolvedCode(ConfigError):
+    """Safe mode met a code reference that the audit file's check did not decide (a key
+    whose schema does not mark it :class:`NamesCode`): refused at import, a bug to fix."""
+
+
+#: The environment variable that turns safe mode on for every command and Python entry.
+NO_PLUGINS_ENV = "DPAUDIT_NO_PLUGINS"
+#: Safe mode switched on in this process by :func:`safe_mode` (nesting counts).
+_SAFE_DEPTH = [0]
+
+
+def safe_mode_active() -> bool:
+    """Whether safe mode is on: inside :func:`safe_mode`, or ``DPAUDIT_NO_PLUGINS=1``.
+
+    Raises:
+        ConfigError: ``DPAUDIT_NO_PLUGINS`` is set to anything but ``0`` or ``1`` (a
+            misspelt value must not silently turn the protection off).
+    """
+    value = os.environ.get(NO_PLUGINS_ENV)
+    if value is not None and value not in ("0", "1"):
+        raise ConfigError(
+            f"The environment variable {NO_PLUGINS_ENV} must be 0, 1 or unset. "
+            f"Got {value!r} instead."
+        )
+    return _SAFE_DEPTH[0] > 0 or value == "1"
+
+
+@contextlib.contextmanager
+def safe_mode(on: bool = True) -> Iterator[None]:
+    """Run the block in safe mode when ``on`` (``--no-plugins``); a no-op otherwise."""
+    if not on:
+        yield
+        return
+    _SAFE_DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        _SAFE_DEPTH[0] -= 1
+
+
+@dataclass(frozen=True)
+class NamesCode:
+    """Schema metadata: the key's value may name code (``Annotated[str, NamesCode(...)]``).
+
+    Every such key of every schema is found by walking the models
+    (:func:`dpaudit.config.code_references`), so a new key that names code is decided by
+    the same rule as the old ones. A value is code unless it is one of ``builtins`` (the
+    key's built-in names) or, for ``suffixes``, a path ending in one of them (a data file,
+    such as a ``.skops`` transformer).
+
+    Attributes:
+        builtins: the names that select dpaudit's own code.
+        suffixes: file suffixes that make the value a path, not code.
+        form: ``"function"`` for ``"pkg.module:function"``, ``"type"`` for a dotted type
+            name (``"pkg.module.Class"``, which a loader imports).
+    """
+
+    builtins: tuple[str, ...] = ()
+    suffixes: tuple[str, ...] = ()
+    form: str = "function"
+
+    def is_code(self, value: str) -> bool:
+        """Whether ``value`` of this key names code (not a built-in, not a data path)."""
+        if value in self.builtins:
+            return False
+        return not (self.suffixes and Path(value).suffix.lower() in self.suffixes)
+
+
+#: ``pkg.module:function`` with ASCII identifiers only (no spaces, no other letters).
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+_SPEC = re.compile(rf"{_IDENTIFIER}(?:\.{_IDENTIFIER})*:{_IDENTIFIER}")
 _LAST_INTERRUPT = [0.0]
 
 
@@ -131,10 +218,15 @@ class _Guarded:
 
 
 def split_spec(spec: object, *, what: str) -> tuple[str, str]:
-    """``"pkg.module:function"`` → ``("pkg.module", "function")``, or a one-line error."""
-    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
+    """``"pkg.module:function"`` → ``("pkg.module", "function")``, or a one-line error.
+
+    Module and function names must be ASCII identifiers: a non-ASCII name, a space, or a
+    name Python would not accept as an identifier is refused before anything is searched.
+    """
+    if not isinstance(spec, str) or not _SPEC.fullmatch(spec):
         raise ConfigError(
-            f"A user {what} must be given as 'pkg.module:function'. Got {spec!r} instead."
+            f"A user {what} must be given as 'pkg.module:function' (ASCII identifiers). "
+            f"Got {spec!r} instead."
         )
     module_name, attr = spec.split(":")
     return module_name, attr
@@ -169,25 +261,45 @@ def load_plugin(
         PluginError: the module tried to exit or abort while it was imported.
     """
     module_name, attr = split_spec(spec, what=what)
+    if safe_mode_active():
+        raise UnresolvedCode(
+            f"the {what} {spec!r} is user code: safe mode (--no-plugins, "
+            f"{NO_PLUGINS_ENV}=1) imports none"
+        )
     _search_folder(base_dir)
     where = f"the {what} plug-in {spec!r}"
+    # What the module writes to stderr while it is imported (an argparse usage text) is
+    # held back: quoted in dpaudit's one line if the import fails, passed on if it works.
+    said = io.StringIO()
     try:
-        module = importlib.import_module(module_name)
+        with contextlib.redirect_stderr(said):
+            module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(
-            f"Cannot import module {module_name!r} for {what} {spec!r}: {exc}. Is it installed, "
-            "or next to the audit file?"
+            f"Cannot import module {module_name!r} for {what} {spec!r}: {exc}{_quoted(said)}. "
+            "Is it installed, or next to the audit file?"
         ) from None
     except BaseException as exc:
         converted = guard_user_exit(exc, f"{where}, while it was imported,")
         if converted is exc:
             raise
+        if said.getvalue().strip():
+            converted = type(converted)(f"{converted}{_quoted(said)}")
         raise converted from None
+    sys.stderr.write(said.getvalue())
     _check_imported_is_named(module, module_name, base_dir, f"{what} {spec!r}")
     fn = getattr(module, attr, None)
     if fn is None or not callable(fn):
         raise ConfigError(f"Module {module_name!r} has no callable {attr!r} (from {spec!r}).")
     return _Guarded(fn, where)
+
+
+def _quoted(said: io.StringIO) -> str:
+    """What user code wrote to stderr, as a clause of a one-line message ('' if nothing)."""
+    text = " ".join(said.getvalue().split())
+    if not text:
+        return ""
+    return f" (it wrote to stderr: {text[:300]!r}{'...' if len(text) > 300 else ''})"
 
 
 def _check_imported_is_named(
@@ -223,7 +335,15 @@ def _check_imported_is_named(
 
 
 def locate_plugin(spec: str, *, base_dir: str | Path | None = None) -> Path | None:
-    """The file of the module behind ``spec`` (found, not imported), or ``None``."""
+    """The file of the module behind ``spec`` (found, not imported), or ``None``.
+
+    Finding ``pkg.module`` imports ``pkg``: in safe mode nothing is looked for, and a
+    name that is not ``pkg.module:function`` is never searched.
+    """
+    if not isinstance(spec, str) or not _SPEC.fullmatch(spec):
+        return None
+    if safe_mode_active():
+        return None
     module_name = spec.partition(":")[0]
     _search_folder(base_dir)
     try:

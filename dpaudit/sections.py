@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from dpaudit.plugins import NamesCode
+
 Probability = Annotated[float, Field(gt=0.0, lt=1.0)]
 Delta = Annotated[float, Field(ge=0.0, lt=1.0)]
 Positive = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
@@ -327,15 +329,15 @@ class TargetSection(Table):
     format: (
         Literal["safetensors", "torch-export", "torchscript", "skops", "onnx", "pickle"] | None
     ) = None
-    factory: Annotated[str, Field(pattern=r"^[\w.]+:[\w]+$")] | None = None
+    factory: Annotated[str, Field(pattern=r"^[\w.]+:[\w]+$"), NamesCode()] | None = None
     scores: Annotated[str, Field(min_length=1)] | None = None
     membership: Annotated[str, Field(min_length=1)] | None = None
     membership_by_coin: bool = False
     output: Literal["logits", "probabilities"] = "logits"
-    trusted_types: list[Annotated[str, Field(min_length=1)]] = []
+    trusted_types: list[Annotated[str, Field(min_length=1), NamesCode(form="type")]] = []
     allow_pickle: bool = False
-    references: str = "recipe"
-    preprocess: Annotated[str, Field(min_length=1)] | None = None
+    references: Annotated[str, NamesCode(builtins=REFERENCE_CHOICES)] = "recipe"
+    preprocess: Annotated[str, Field(min_length=1), NamesCode(suffixes=(".skops",))] | None = None
     population_share: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
     training_accuracy: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
 

@@ -28,6 +28,7 @@ import io
 import json
 import os
 import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -342,6 +343,11 @@ class RunLock:
     it. A run that finds the lock held waits up to ``wait`` seconds for it (a run that is
     just ending), then gives up. Where ``fcntl`` does not exist (Windows) the lock is a
     no-op.
+
+    The lock file is opened without following a symbolic link, and must be a regular
+    file: a link (dangling or not) or a folder, pipe or device in its place is refused
+    (:class:`LockRefused`), so a planted link can neither empty another file nor create
+    one outside the run directory.
     """
 
     def __init__(self, run_dir: Path, *, wait: float = 5.0) -> None:
@@ -353,7 +359,7 @@ class RunLock:
         if fcntl is None:  # pragma: no cover - Windows
             return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666 & ~current_umask())
+        fd = _open_lock(self.path)
         deadline = time.monotonic() + self.wait
         try:
             while True:
@@ -382,12 +388,38 @@ class RunLock:
             self._fd = None
 
 
+class LockRefused(OSError):
+    """The run directory's lock path is a symbolic link or not a regular file."""
+
+
+def _open_lock(path: Path) -> int:
+    """Open (or create) the lock file without following a link; refuse anything else."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    if path.is_symlink():
+        raise LockRefused(f"{path} is a symbolic link; the run directory's lock must be a file")
+    try:
+        fd = os.open(path, flags, 0o666 & ~current_umask())
+    except OSError as exc:
+        raise LockRefused(
+            f"{path} cannot be the run directory's lock ({exc.strerror}); remove it"
+        ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise LockRefused(f"{path} is not a regular file; the run directory's lock must be one")
+    return fd
+
+
+#: Every file a finished run leaves in its run directory besides its units: the result,
+#: its report, and the card and registry record written from them (``dpaudit card``).
+PREVIOUS_ARTEFACTS = ("results.json", "report.html", "model-card.md", "privacy-registry.json")
+
+
 def remove_outputs(run_dir: Path) -> list[Path]:
-    """Remove a previous run's ``results.json`` and ``report.html`` and any temporary file
-    a killed run left (``.*.tmp``), so that nothing in the folder can be taken for the
-    result of the run now starting. Returns what was removed. Call with the lock held."""
+    """Remove a previous run's artefacts (:data:`PREVIOUS_ARTEFACTS`) and any temporary
+    file a killed run left (``.*.tmp``), so that nothing in the folder can be taken for
+    the result of the run now starting. Returns what was removed. Call with the lock held."""
     removed = []
-    candidates = [run_dir / "results.json", run_dir / "report.html", *run_dir.glob(".*.tmp")]
+    candidates = [*(run_dir / name for name in PREVIOUS_ARTEFACTS), *run_dir.glob(".*.tmp")]
     units = run_dir / "units"
     if units.is_dir():
         candidates += list(units.glob("*/.*.tmp"))

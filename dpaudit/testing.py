@@ -76,6 +76,11 @@ def run_checked(
 ) -> AuditResult:
     """Run an audit as ``dpaudit run`` does and return its result, whatever the verdict.
 
+    The audit goes through the one run session (:func:`dpaudit.session.run_session`): the
+    previous run's artefacts are removed first, user code runs in a watched child process
+    (a plug-in's ``os._exit(0)`` is an unusable run, never a pass), and a pass counts
+    only once ``dpaudit verify`` accepts this run's ``results.json``.
+
     Args:
         audit: an audit file or a loaded configuration.
         output_dir: the run directory (written as by ``dpaudit run``); ``None`` runs in a
@@ -84,15 +89,13 @@ def run_checked(
     Raises:
         AuditInputError: unusable input or environment (the exit-2 cases of ``dpaudit run``).
     """
-    from dpaudit.audit import run_audit
-    from dpaudit.config import load_config
+    from dpaudit.session import run_session
 
     try:
-        config = audit if not isinstance(audit, str | Path) else load_config(audit)
         if output_dir is not None:
-            return run_audit(config, output_dir=output_dir)
+            return run_session(audit, output_dir=output_dir)
         with tempfile.TemporaryDirectory(prefix="dpaudit-") as tmp:
-            return run_audit(config, output_dir=Path(tmp) / "run", write=False)
+            return run_session(audit, output_dir=Path(tmp) / "run")
     except DpauditError as exc:
         raise AuditInputError(f"the audit cannot run (dpaudit run would exit 2): {exc}") from None
     except OSError as exc:
@@ -177,16 +180,19 @@ def config_from_tables(
     Raises:
         AuditInputError: the tables do not validate, or a function cannot be named.
     """
-    from dpaudit.config import parse_config
+    from dpaudit.config import check_safe, parse_config
+    from dpaudit.plugins import safe_mode_active
 
     folders: list[Path] = []
     data = _named(tables, folders)
     try:
         config = parse_config(data, source="audit tables")
+        folder = Path(base_dir) if base_dir is not None else (folders[0] if folders else Path.cwd())
+        config._base_dir = folder.resolve()
+        if safe_mode_active():  # DPAUDIT_NO_PLUGINS=1: decided before any import
+            check_safe(config)
     except DpauditError as exc:
         raise AuditInputError(str(exc)) from None
-    folder = Path(base_dir) if base_dir is not None else (folders[0] if folders else Path.cwd())
-    config._base_dir = folder.resolve()
     return config
 
 
@@ -215,7 +221,9 @@ def dpaudit_audit(
         try:
             return assert_audit_passes(config, output_dir=run_dir)
         except AuditFailed as exc:
-            pytest.fail(str(exc), pytrace=False)
+            reason = str(exc)
+        # outside the except block: the reason alone, without the chained AuditFailed
+        pytest.fail(reason, pytrace=False)
 
     return run
 
@@ -293,14 +301,20 @@ class AuditItem(pytest.Item):
         from dpaudit.config import load_config
 
         output = self.config.getoption("dpaudit_output")
-        try:
-            config = load_config(self.path)
-        except DpauditError as exc:
-            raise AuditInputError(
-                f"the audit cannot run (dpaudit run would exit 2): {exc}"
-            ) from None
-        run_dir = default_run_dir(config) if output is None else Path(output) / self.path.stem
-        result = assert_audit_passes(config, output_dir=run_dir)
+        if output is not None:
+            # the run directory is known before the file loads: a file that no longer
+            # loads leaves no earlier pass there (the session clears it first)
+            run_dir = Path(output) / self.path.stem
+            result = assert_audit_passes(self.path, output_dir=run_dir)
+        else:
+            try:
+                config = load_config(self.path)
+            except DpauditError as exc:
+                raise AuditInputError(
+                    f"the audit cannot run (dpaudit run would exit 2): {exc}"
+                ) from None
+            run_dir = default_run_dir(config)
+            result = assert_audit_passes(self.path, output_dir=run_dir)
         self.user_properties.append(("dpaudit_run_dir", str(run_dir)))
         self.user_properties.append(("dpaudit_verdict", result.verdict))
 

@@ -32,6 +32,7 @@ from dpaudit.card import (
     MODEL_CARD_NAME,
     REGISTRY_NAME,
     build_card,
+    card_for_run,
     card_metadata,
     render_model_card,
     to_yaml,
@@ -39,7 +40,7 @@ from dpaudit.card import (
     write_card,
 )
 from dpaudit.cli import app
-from dpaudit.errors import DataError
+from dpaudit.errors import DataError, DpauditError
 
 ROOT = Path(__file__).resolve().parent.parent
 INPUTS = Path(__file__).resolve().parent / "card_inputs.json"
@@ -413,3 +414,68 @@ def _remake(runs: Path) -> None:
 
 if __name__ == "__main__":
     _remake(Path(sys.argv[1]))
+
+
+# ----------------------------------------------- verify compares the whole document
+
+
+_WARNED = """
+[audit]
+name = "whole-document"
+description = "as written"
+kinds = ["mechanism"]
+[mechanism]
+name = "laplace"
+epsilon = 1.0
+trials = 2_000
+[gate]
+on_unmeasured = "warn"
+max_attribute_advantage = 0.1
+"""
+
+
+def _forge(data: dict[str, Any], edit: str) -> None:
+    if edit == "warnings removed":
+        assert data["warnings"]
+        data["warnings"] = []
+    elif edit == "confidence level":
+        data["config"]["audit"]["confidence_level"] = 0.5
+    elif edit == "description":
+        data["config"]["audit"]["description"] = "rewritten"
+    elif edit == "budget":
+        data["provenance"]["verdict_budget"]["confidence_level"] = 0.5
+    elif edit == "finished":  # a time: documented as not recomputable
+        data["provenance"]["finished"] = "2000-01-01T00:00:00+00:00"
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        ("warnings removed", "results.json's 'warnings' differs"),
+        ("confidence level", "results.json's 'config' differs"),
+        ("description", "results.json's 'config' differs"),
+        ("budget", "results.json's 'provenance.verdict_budget' differs"),
+        ("finished", None),
+    ],
+)
+def test_verify_compares_every_recomputable_field(
+    tmp_path: Path, edit: str, problem: str | None
+) -> None:
+    from dpaudit.audit import run_audit, verify_run
+
+    audit = tmp_path / "a.toml"
+    audit.write_text(_WARNED)
+    run_dir = tmp_path / "run"
+    run_audit(audit, output_dir=run_dir)
+    path = run_dir / "results.json"
+    data = json.loads(path.read_text())
+    _forge(data, edit)
+    path.write_text(json.dumps(data))
+    if problem is None:
+        assert verify_run(run_dir) == []
+        card = json.loads(card_for_run(run_dir)[1].read_text())
+        assert card["audit"]["verdict"] == "pass"
+        return
+    assert verify_run(run_dir) == [f"{problem} from what its stored units give"]
+    with pytest.raises(DpauditError, match="no card is made from an unverified run"):
+        card_for_run(run_dir)

@@ -11,6 +11,7 @@ must fail ``mlflow.validate_evaluation_results`` and one it meets must pass.
 from __future__ import annotations
 
 import json
+import shutil
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,7 +28,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from sklearn.ensemble import RandomForestClassifier  # noqa: E402
 from sklearn.metrics import roc_auc_score  # noqa: E402
 
-from dpaudit.errors import ConfigError, DataError  # noqa: E402
+from dpaudit.errors import ConfigError, DataError, DpauditError  # noqa: E402
 from dpaudit.mlflow_evaluator import (  # noqa: E402
     DpauditEvaluator,
     EvaluatorConfig,
@@ -305,3 +306,34 @@ def test_member_flags_as_a_sequence_keep_every_feature() -> None:
     assert list(X.columns) == ["x"]
     np.testing.assert_array_equal(y, [0, 1, 0])
     np.testing.assert_array_equal(member, [True, False, True])
+
+
+# ------------------------------------------- the one run session (every surface's contract)
+# The model is queried in the caller's process (MLflow hands the evaluator a loaded model);
+# the audit itself, which runs no user code (a scores file), runs in the watched child.
+
+
+def test_a_bad_rerun_leaves_no_earlier_pass(world, evaluated, tmp_path: Path) -> None:
+    kept = tmp_path / "kept"
+    shutil.copytree(world["root"] / "kept-run", kept)
+    artefacts = ("results.json", "report.html", "model-card.md", "privacy-registry.json")
+    assert [a for a in artefacts if not (kept / "run" / a).is_file()] == []
+    with pytest.raises(DataError, match=r"'members' names the column 'nope'"):
+        _evaluate(world, {"members": "nope", "output_dir": str(kept)})
+    assert [a for a in artefacts if (kept / "run" / a).exists()] == []
+
+
+def test_a_linked_lock_is_refused(world, tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / "out" / "run").mkdir(parents=True)
+    (tmp_path / "out" / "run" / ".dpaudit.lock").symlink_to(victim)
+    with pytest.raises(DpauditError, match="is a symbolic link"):
+        _evaluate(world, {"members": "is_member", "output_dir": str(tmp_path / "out")})
+    assert victim.read_text() == "keep me"
+
+
+def test_safe_mode_is_honoured(world, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DPAUDIT_NO_PLUGINS", "yes")
+    with pytest.raises(ConfigError, match="DPAUDIT_NO_PLUGINS must be 0, 1 or unset"):
+        _evaluate(world, {"members": "is_member"})

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from dpaudit.dpsgd.canaries import INPUT_CANARY_KINDS
+from dpaudit.plugins import NamesCode
 from dpaudit.sections import Table, TrainingSection
 
 __all__ = [
@@ -145,7 +146,7 @@ class DpsgdSection(Table):
     model: Literal["logistic", "mlp"] = "logistic"
     hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [32])
     training: DpsgdTrainingSection = DpsgdTrainingSection()
-    trainer: str = "dpsgd"
+    trainer: Annotated[str, NamesCode(builtins=BUILTIN_TRAINERS)] = "dpsgd"
     options: dict[str, float | int | str | list[int]] = Field(default_factory=dict)
     canary: Literal[
         "mislabeled", "ood", "clipbkd", "crafted", "dirac", "gradient", "worst-case"

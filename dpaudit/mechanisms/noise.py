@@ -435,12 +435,12 @@ def user_mechanism(
 
     def to_scores(outputs: np.ndarray) -> np.ndarray:
         if density is not None:
-            logp1 = np.asarray(density(outputs, inputs[1]), dtype=float)
-            logp0 = np.asarray(density(outputs, inputs[0]), dtype=float)
+            logp1 = _real(density(outputs, inputs[1]), f"The log density {log_density!r}")
+            logp0 = _real(density(outputs, inputs[0]), f"The log density {log_density!r}")
             with np.errstate(invalid="ignore"):
                 return _user_scores(logp1 - logp0, outputs, log_density)
         if scorer is not None:
-            return _user_scores(np.asarray(scorer(outputs), dtype=float), outputs, score)
+            return _user_scores(_real(scorer(outputs), f"The score {score!r}"), outputs, score)
         if outputs.ndim > 1 and outputs.shape[1:] != (1,) * (outputs.ndim - 1):
             raise DpauditError(
                 f"Mechanism {spec!r} returned outputs of shape {outputs.shape}: vector outputs "
@@ -450,7 +450,7 @@ def user_mechanism(
         return outputs
 
     def draw(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
-        return np.asarray(fn(inputs[neighbour], rng=rng, size=size), dtype=float)
+        return _real(fn(inputs[neighbour], rng=rng, size=size), f"Mechanism {spec!r}")
 
     def sample(neighbour: int, rng: np.random.Generator, size: int) -> np.ndarray:
         return to_scores(draw(neighbour, rng, size))
@@ -461,6 +461,18 @@ def user_mechanism(
     if score is not None:
         parameters["score"] = score
     return Mechanism(spec, sample, parameters, draw)
+
+
+def _real(values: Any, what: str) -> np.ndarray:
+    """User code's numbers as float64, refusing what is not real: a complex output cut to
+    its real part would be audited as another mechanism than the one that ran."""
+    array = np.asarray(values)
+    if np.iscomplexobj(array):
+        raise DpauditError(
+            f"{what} returned {array.dtype} values; dpaudit audits real numbers only "
+            "(return floats: the real quantity your mechanism releases)"
+        )
+    return array.astype(float)
 
 
 def _user_scores(values: np.ndarray, outputs: np.ndarray, where: str | None) -> np.ndarray:

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from dpaudit.plugins import NamesCode
 from dpaudit.sections import ClaimSection, Epsilon, Mu, Positive, Table
 
 #: Trials per arm up to which the summary holds every output in memory (exact threshold
@@ -173,7 +174,7 @@ class MechanismSection(Table):
     (:func:`dpaudit.mechanisms.summary.declared_curve`). ``false`` leaves it out.
     """
 
-    name: str
+    name: Annotated[str, NamesCode(builtins=BUILTIN_MECHANISMS)]
     sensitivity: Positive = 1.0
     epsilon: Epsilon | None = None
     delta: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None
@@ -189,8 +190,8 @@ class MechanismSection(Table):
     domain: tuple[float, float] | None = None
     records: Vectors | None = None
     data: tuple[list[float], list[float]] | None = None
-    log_density: str | None = None
-    score: str | None = None
+    log_density: Annotated[str, NamesCode()] | None = None
+    score: Annotated[str, NamesCode(builtins=(LEARNED, FLOATING))] | None = None
     learner: Literal["auto", "logistic", "boosting", "knn", "counts"] | None = None
     fit_fraction: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None
     trials: Annotated[int, Field(ge=2, le=100_000_000)] = 100_000
