@@ -362,6 +362,8 @@ def _summary(result: AuditResult) -> None:
             if not check.passed
             else "[yellow]not evaluated[/]"
             if check.status == "not-evaluated"
+            else "[dim]not applicable[/]"
+            if check.status == "not-applicable"
             else "[green]pass[/]"
         )
         # The message is text ("[gate] on_unmeasured", a user's label), not markup.
@@ -425,7 +427,8 @@ def write_junit(result: AuditResult, path: Path) -> None:
                 ET.SubElement(props, "property", name=key, value=for_xml(text))
 
     failures = sum(not c["passed"] for c in checks) + sum(b["violation"] for b in bounds)
-    skipped = sum(c["passed"] and c["status"] == "not-evaluated" for c in checks)
+    unmeasured = ("not-evaluated", "not-applicable")
+    skipped = sum(c["passed"] and c["status"] in unmeasured for c in checks)
     name = for_xml(f"dpaudit.{result.name}")
     suite = ET.Element(
         "testsuite",
@@ -460,7 +463,7 @@ def write_junit(result: AuditResult, path: Path) -> None:
         if not check["passed"]:
             failure = ET.SubElement(case, "failure", message=for_xml(check["message"]))
             failure.text = for_xml(f"value={check['value']} limit={check['limit']}")
-        elif check["status"] == "not-evaluated":
+        elif check["status"] in unmeasured:
             ET.SubElement(case, "skipped", message=for_xml(check["message"]))
     for bound in bounds:
         lower = bound["lower"]

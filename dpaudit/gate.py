@@ -8,6 +8,12 @@ The gate fails closed: a policy that nothing in the audit measured is ``not-eval
 and counts as failed, with a message naming the kinds that would measure it, unless the
 policy says ``on_unmeasured = "warn"`` (then it passes and the audit carries a warning).
 A gate that measures nothing must never read as a green light.
+
+A check nobody asked for never decides alone: ``fail_on_violation`` is on by default, and
+where the audit holds no lower bound against an upper bound (a brought model: nothing
+claims a guarantee) the default is ``not-applicable``, shown as such and passing; the
+policies the file sets decide. Set ``fail_on_violation = true`` in the file and the same
+audit fails closed, as every policy the user set does.
 """
 
 from __future__ import annotations
@@ -102,6 +108,19 @@ def _violation_check(
             True,
             f"no lower bound was held against an upper bound; {len(evaluated)} check(s) of "
             "what ran decide instead (listed beside this one)",
+        )
+    if not compared and "fail_on_violation" not in gate.model_fields_set:
+        # The default policy with nothing to compare: not the user's policy, so it must not
+        # decide the release alone (nor headline it); shown as not applicable.
+        return Check(
+            "fail_on_violation",
+            None,
+            0.0,
+            True,
+            "not applicable: nothing in this audit states a guarantee to hold a lower bound "
+            f"against (that needs {_MEASURED_BY['fail_on_violation']}); set [gate] "
+            "fail_on_violation = true to require one",
+            status="not-applicable",
         )
     if not compared:
         return _not_evaluated(gate, "fail_on_violation", "fail_on_violation", 0.0)

@@ -169,14 +169,14 @@ def audit_model(
     X_test: Any,
     y_test: Any,
     *,
-    attacks: Sequence[str] = ("loss",),
+    attacks: Sequence[str] | None = None,
     name: str = "notebook-audit",
     seed: int = 0,
     confidence_level: float = 0.95,
     delta: float = 1e-5,
     references: str | None = None,
-    reference_models: int = 16,
-    shadow_models: int = 4,
+    reference_models: int | None = None,
+    shadow_models: int | None = None,
     output: str = "logits",
     membership_by_coin: bool = False,
     gate: Mapping[str, Any] | None = None,
@@ -197,7 +197,8 @@ def audit_model(
         X_train, y_train: the rows that trained it (numeric features, one label each).
         X_test, y_test: rows it never saw, from the same population.
         attacks: membership attacks by name (``"loss"``, ``"shadow"``, ``"lira"``, ...;
-            those that train reference models train them as ``references`` says).
+            those that train reference models train them as ``references`` says);
+            default: the ``[membership]`` table's, the attacks ``dpaudit run`` runs.
         name: the audit's name.
         seed: seed of everything random.
         confidence_level: c of every interval and bound.
@@ -205,11 +206,13 @@ def audit_model(
         references: how reference models are trained: ``"clone"`` (default for a
             scikit-learn estimator: clones of it), ``"recipe"`` (default otherwise), or a
             ``"pkg.module:function"`` training function (see ``[target] references``).
-        reference_models, shadow_models: the reference and shadow models of the attacks.
+        reference_models, shadow_models: the reference and shadow models of the attacks
+            (default: the ``[membership]`` table's, as ``dpaudit run``).
         output: whether a torch module returns ``"logits"`` or ``"probabilities"``.
         membership_by_coin: each row's membership was decided by a fair coin.
-        gate: the ``[gate]`` table (e.g. ``{"max_auc": 0.6}``); ``fail_on_violation``
-            defaults to false, since a brought model states no DP claim to violate.
+        gate: the ``[gate]`` table (e.g. ``{"max_auc": 0.6}``), as in an audit file: a
+            brought model states no DP claim, so the default ``fail_on_violation`` is
+            shown as not applicable and the policies given decide.
         output_dir: the run directory (default: a new temporary folder, kept, so that its
             report stays readable). The model, data and audit file are written into a new
             folder ``inputs-…`` inside it (no file already there is overwritten); the
@@ -277,12 +280,14 @@ def audit_model(
             "output": output,
             "references": references or ("clone" if _is_estimator(model) else "recipe"),
         },
+        # What is not given (None, which _toml leaves out) takes the tables' defaults: the
+        # same attacks, reference models and gate as `dpaudit run` on the same model and data.
         "membership": {
-            "attacks": list(attacks),
+            "attacks": None if attacks is None else list(attacks),
             "reference_models": reference_models,
             "shadow_models": shadow_models,
         },
-        "gate": {"fail_on_violation": False, **dict(gate or {})},
+        "gate": dict(gate or {}),
         "report": {"html": report},
     }
     (inputs / "audit.toml").write_text(_toml(tables), encoding="utf-8")

@@ -28,9 +28,11 @@ SCHEMA_VERSION = "1.1"
 class Check:
     """One gate check: a named policy with the value measured, its limit and its status.
 
-    ``status`` is ``"passed"``, ``"failed"`` or ``"not-evaluated"`` (nothing the audit
-    measured speaks to the policy). The gate fails closed: a check that was not evaluated
-    counts as failed (``passed`` is False) unless ``[gate] on_unmeasured = "warn"``.
+    ``status`` is ``"passed"``, ``"failed"``, ``"not-evaluated"`` (nothing the audit
+    measured speaks to the policy) or ``"not-applicable"`` (a default policy the file did
+    not set, with nothing in the audit to apply it to: it passes and decides nothing). The
+    gate fails closed: a check that was not evaluated counts as failed (``passed`` is
+    False) unless ``[gate] on_unmeasured = "warn"``.
     """
 
     name: str

@@ -75,8 +75,14 @@ def test_violation_needs_a_rigorous_bound_above_its_upper_bound() -> None:
     assert "exceeds the claimed ε upper bound 5" in failed.message
     for ok in ([below], [heuristic]):
         assert _check(gate, ok)["fail_on_violation"].status == "passed"
-    # a comparison outside the verdict compares nothing: the policy was not evaluated
-    assert _check(gate, [outside])["fail_on_violation"].status == "not-evaluated"
+    # a comparison outside the verdict compares nothing: the default policy does not apply,
+    # and the policy the file sets is not evaluated (it fails closed)
+    default = _check(gate, [outside])["fail_on_violation"]
+    assert (default.passed, default.status, default.value) == (True, "not-applicable", None)
+    assert default.message.startswith("not applicable: nothing in this audit states a guarantee")
+    assert default.message.endswith("set [gate] fail_on_violation = true to require one")
+    asked = _check(GateSection(fail_on_violation=True), [outside])["fail_on_violation"]
+    assert (asked.passed, asked.status) == (False, "not-evaluated")
     assert "fail_on_violation" not in _check(GateSection(fail_on_violation=False), [above])
 
 
@@ -148,7 +154,7 @@ def test_attribute_advantage_and_missing_metrics() -> None:
         (GateSection(max_advantage=0.5), "max_advantage"),
         (GateSection(max_tpr_at_fpr=[(0.01, 0.5)]), "max_tpr_at_fpr[0.01]"),
         (GateSection(max_epsilon_lower_bound=1.0), "max_epsilon_lower_bound"),
-        (GateSection(), "fail_on_violation"),
+        (GateSection(fail_on_violation=True), "fail_on_violation"),
     ],
 )
 def test_every_unmeasured_policy_fails_closed_unless_it_warns(gate, name) -> None:

@@ -46,7 +46,14 @@ def test_sklearn_model_is_audited_like_run_audit(
     X, y = data
     model = LogisticRegression(C=1e4, max_iter=5000).fit(X[:N], y[:N])  # overfits 60 rows
     result = dpaudit.audit_model(
-        model, X[:N], y[:N], X[N:], y[N:], output_dir=tmp_path / "run", gate={"max_auc": 0.99}
+        model,
+        X[:N],
+        y[:N],
+        X[N:],
+        y[N:],
+        attacks=["loss"],
+        output_dir=tmp_path / "run",
+        gate={"max_auc": 0.99},
     )
     assert isinstance(result, AuditResult)
     assert isinstance(result, NotebookResult)
@@ -58,7 +65,11 @@ def test_sklearn_model_is_audited_like_run_audit(
     assert d["metrics"]["auc"] == pytest.approx(want, rel=1e-12)
     assert want > 0.55  # the control: an overfit model leaks, and the audit sees it
     assert result.verdict == "pass"
-    assert [c.name for c in result.checks] == ["max_auc"]
+    # a brought model states no claim: the default fail_on_violation does not apply
+    assert [(c.name, c.status) for c in result.checks] == [
+        ("fail_on_violation", "not-applicable"),
+        ("max_auc", "passed"),
+    ]
     assert "Full report:" in result._repr_html_()
     # A complete run: dpaudit verify and dpaudit card work on its folder.
     run_dir = tmp_path / "run"
@@ -73,7 +84,15 @@ def test_gate_fails_on_leakage(data: tuple[np.ndarray, np.ndarray], tmp_path: Pa
     X, y = data
     model = LogisticRegression(C=1e4, max_iter=5000).fit(X[:N], y[:N])
     result = audit_model(
-        model, X[:N], y[:N], X[N:], y[N:], output_dir=tmp_path, gate={"max_auc": 0.5}, report=False
+        model,
+        X[:N],
+        y[:N],
+        X[N:],
+        y[N:],
+        attacks=["loss"],
+        output_dir=tmp_path,
+        gate={"max_auc": 0.5},
+        report=False,
     )
     assert not (tmp_path / "report.html").exists()
     assert result.verdict == "fail"
@@ -91,7 +110,9 @@ def test_torch_module(data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> No
         optimiser.zero_grad()
         torch.nn.functional.cross_entropy(model(xs), ys).backward()
         optimiser.step()
-    result = audit_model(model, X[:N], y[:N], X[N:], y[N:], output_dir=tmp_path, report=False)
+    result = audit_model(
+        model, X[:N], y[:N], X[N:], y[N:], attacks=["loss"], output_dir=tmp_path, report=False
+    )
     with torch.no_grad():
         losses = torch.nn.functional.cross_entropy(
             model(torch.as_tensor(X, dtype=torch.float32)), torch.as_tensor(y), reduction="none"

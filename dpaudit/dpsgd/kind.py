@@ -96,7 +96,8 @@ class DpsgdKind(AuditKind[DpsgdSection]):
             spec=spec,
             units=unit_names(spec),
             key_data={
-                **spec.model_dump(mode="json", exclude={"base_dir"}),
+                # the claim ([dpsgd.claim]) changes no model: editing it reuses every unit
+                **spec.model_dump(mode="json", exclude={"base_dir": True, "section": {"claim"}}),
                 "data_file": dataset_digest(section.dataset, context.base_dir),
                 "trainer_file": plugin_digest(section.trainer, base_dir=context.base_dir)
                 if ":" in section.trainer

@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 
 from dpaudit.dpsgd.canaries import INPUT_CANARY_KINDS
 from dpaudit.plugins import NamesCode
-from dpaudit.sections import Table, TrainingSection
+from dpaudit.sections import ClaimSection, Table, TrainingSection
 
 __all__ = [
     "BUILTIN_TRAINERS",
@@ -135,6 +135,12 @@ class DpsgdSection(Table):
         models_per_unit: models per work unit (default ``[execution] unit_size``, capped).
         one_run: optional one-run audit.
         black_box: optional black-box levers (worst-case θ₀, logit-shift score).
+        claim: ``[dpsgd.claim]``, the privacy the release claims (``epsilon`` with
+            ``delta``, and/or ``mu``): held against the accountant of what ran (the
+            ``claim_vs_records`` check) and against the canary bounds. It replaces a claim
+            the trainer states, and it is no input: it changes no model, so it is left
+            out of the units' key (editing it reuses every stored unit). Trainer options
+            (an Opacus loop's ``epsilon`` for ``make_private_with_epsilon``) stay inputs.
     """
 
     dataset: str = "synthetic"
@@ -159,6 +165,7 @@ class DpsgdSection(Table):
     models_per_unit: Annotated[int, Field(ge=1)] | None = None
     one_run: OneRunSection | None = None
     black_box: BlackBoxSection | None = None
+    claim: ClaimSection | None = None
 
     @property
     def full_batch(self) -> bool:

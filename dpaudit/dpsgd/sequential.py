@@ -146,7 +146,8 @@ def plan_rounds(section: DpsgdSection, context: RunContext) -> UnitPlan:
         base_dir=str(context.base_dir),
     )
     key = spec.model_dump(
-        mode="json", exclude={"base_dir": True, "section": {"trials", "models_per_unit"}}
+        mode="json",
+        exclude={"base_dir": True, "section": {"trials", "models_per_unit", "claim"}},
     )
     return UnitPlan(
         fn=dpsgd_unit,
@@ -259,10 +260,16 @@ def outcome(
     Raises:
         DpauditError: a stored round is missing (the rounds are not 0, 1, 2, ...).
     """
-    from dpaudit.dpsgd.summary import _many_run_upper
+    from dpaudit.dpsgd.summary import _many_run_upper, claim_source, stated_claim
 
     names = _ordered(outputs)
-    upper = _many_run_upper([outputs[names[0]]], context.delta)
+    round0 = [outputs[names[0]]]
+    upper = _many_run_upper(
+        round0,
+        context.delta,
+        claim=stated_claim(section, round0),
+        source=claim_source(section),
+    )
     assert upper is not None  # one many-run unit at least
     s = settings(context)
     rules = _rules(upper, s, level=level)

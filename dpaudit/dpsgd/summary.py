@@ -98,6 +98,8 @@ class StoredUnits:
         canary_bounds: whether the many-run canary bounds are computed: False only when
             the models per arm are too few for any bound above 0 and a stated claim is
             held against the records instead (:func:`_too_few_for_a_bound`).
+        claim: the claim held against what ran: ``[dpsgd.claim]``, else the one the
+            trainer stated in its units (:func:`stated_claim`), else ``None``.
     """
 
     many: tuple[Mapping[str, np.ndarray], ...]
@@ -105,11 +107,12 @@ class StoredUnits:
     upper: UpperBound | None
     greybox: tuple[GreyBoxTest, ...]
     canary_bounds: bool = True
+    claim: Claim | None = None
 
     @property
     def claim_and_records(self) -> bool:
-        """Whether the units carry both records of what ran and a stated claim."""
-        return bool(self.many) and "claim" in self.many[0] and "noise_multiplier" in self.many[0]
+        """Whether the units carry records of what ran and a claim is stated."""
+        return self.claim is not None and bool(self.many) and "noise_multiplier" in self.many[0]
 
     @property
     def trials_per_arm(self) -> int:
@@ -136,11 +139,13 @@ def read_units(s: DpsgdSection, outputs: Outputs, *, delta: float) -> StoredUnit
 
 def _read_units(s: DpsgdSection, outputs: Outputs, *, delta: float) -> StoredUnits:
     many = [outputs[u] for u in sorted(outputs) if u != ONE_RUN_UNIT]
+    claim = stated_claim(s, many)
     stored = StoredUnits(
         tuple(many),
         outputs.get(ONE_RUN_UNIT),
-        _many_run_upper(many, delta),
+        _many_run_upper(many, delta, claim=claim, source=claim_source(s)),
         _greybox_tests(s, many),
+        claim=claim,
     )
     if stored.claim_and_records and _too_few_for_a_bound(s, stored.trials_per_arm, delta):
         return replace(stored, canary_bounds=False)
@@ -342,11 +347,9 @@ def _claim_check(
     the value is above the limit (:func:`dpaudit.upper_bounds.check_claim`). ``label``
     names the released model when a run releases several (its words lead the message).
     """
-    if not stored.claim_and_records:
+    if stored.claim is None or not stored.claim_and_records:
         return ()
-    found = check_claim(
-        _stored_claim(stored.many), DPSGDRecord.from_arrays(stored.many), delta=delta
-    )
+    found = check_claim(stored.claim, DPSGDRecord.from_arrays(stored.many), delta=delta)
     if found is None:
         return ()
     finding = (
@@ -389,20 +392,39 @@ def _stored_claim(parts: Sequence[Mapping[str, np.ndarray]]) -> Claim:
     )
 
 
-def _claim_upper(parts: Sequence[Mapping[str, np.ndarray]], delta: float) -> UpperBound:
-    return from_claim(_stored_claim(parts), delta)
+def stated_claim(s: DpsgdSection, many: Sequence[Mapping[str, np.ndarray]]) -> Claim | None:
+    """The claim an audit holds against what ran: ``[dpsgd.claim]`` when the file gives
+    one (read at summary time, never stored, so editing it retrains nothing), else the
+    claim the trainer stated in its units, else ``None``."""
+    if s.claim is not None:
+        c = s.claim
+        return Claim(epsilon=c.epsilon, delta=c.delta, mu=c.mu)
+    if many and "claim" in many[0]:
+        return _stored_claim(many)
+    return None
 
 
-def _many_run_upper(many: Sequence[Mapping[str, np.ndarray]], delta: float) -> UpperBound | None:
+def claim_source(s: DpsgdSection) -> str:
+    """How the report names the claim's upper bounds: the file's or the trainer's."""
+    return "[dpsgd.claim]" if s.claim is not None else "trainer claim"
+
+
+def _many_run_upper(
+    many: Sequence[Mapping[str, np.ndarray]],
+    delta: float,
+    *,
+    claim: Claim | None,
+    source: str = "trainer claim",
+) -> UpperBound | None:
     if not many:
         return None
-    if "claim" in many[0] and "noise_multiplier" in many[0]:
-        return _tighter(
-            from_records(DPSGDRecord.from_arrays(many), delta), _claim_upper(many, delta)
-        )
-    if "claim" in many[0]:
-        return _claim_upper(many, delta)
-    return from_records(DPSGDRecord.from_arrays(many), delta)
+    if claim is None:
+        # A trainer states records of what ran or a claim (coerce_output): records here.
+        return from_records(DPSGDRecord.from_arrays(many), delta)
+    stated = from_claim(claim, delta, source=source)
+    if "noise_multiplier" in many[0]:
+        return _tighter(from_records(DPSGDRecord.from_arrays(many), delta), stated)
+    return stated
 
 
 def _tighter(accountant: UpperBound, claim: UpperBound) -> UpperBound:

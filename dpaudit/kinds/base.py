@@ -285,6 +285,27 @@ def ordered_rounds(units: Iterable[str], *, what: str = "a sequential audit") ->
     return names
 
 
+def claim_left_out(dump: Mapping[str, Any], *path: str) -> dict[str, Any]:
+    """A unit key's data with the claim at ``path`` (keys into nested tables) read as absent.
+
+    A claim changes no unit's arrays, so it is in no unit key: editing it reuses every
+    stored unit. It is set to ``None`` rather than dropped, so that a file stating no
+    claim keeps the key it always had and its run directory resumes.
+    """
+    out = dict(dump)
+    *tables, name = path
+    inner = out
+    for table in tables:
+        value = inner.get(table)
+        if not isinstance(value, Mapping):
+            return out  # the table holding the claim is absent: nothing to leave out
+        inner[table] = dict(value)
+        inner = inner[table]
+    if name in inner:
+        inner[name] = None
+    return out
+
+
 def stream_seed(seed: int, *purpose: int) -> int:
     """A 32-bit seed for one purpose of one kind, derived from the audit seed."""
     return int(np.random.SeedSequence([seed, *purpose]).generate_state(1)[0])

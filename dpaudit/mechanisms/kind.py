@@ -17,7 +17,14 @@ import math
 
 from dpaudit.bounds import require_design
 from dpaudit.errors import ConfigError, DpauditError
-from dpaudit.kinds.base import AuditKind, KindSummary, Outputs, RunContext, UnitPlan
+from dpaudit.kinds.base import (
+    AuditKind,
+    KindSummary,
+    Outputs,
+    RunContext,
+    UnitPlan,
+    claim_left_out,
+)
 from dpaudit.mechanisms.schema import EXACT_TRIALS_LIMIT, LEARNED, MechanismSection
 from dpaudit.mechanisms.units import (
     MechanismSpec,
@@ -109,14 +116,18 @@ class MechanismKind(AuditKind[MechanismSection]):
             spec=spec,
             units=tuple(f"mechanism-{i:05d}" for i in range(n)),
             key_data={
-                # how a learned score is fitted, and which tests the summary runs, change no
-                # unit: the units hold raw outputs (or scores)
-                **spec.model_dump(
-                    mode="json",
-                    exclude={
-                        "base_dir": True,
-                        "section": {"learner", "fit_fraction", "claim_curve"},
-                    },
+                # how a learned score is fitted, which tests the summary runs and what is
+                # claimed change no unit: the units hold raw outputs (or scores)
+                **claim_left_out(
+                    spec.model_dump(
+                        mode="json",
+                        exclude={
+                            "base_dir": True,
+                            "section": {"learner", "fit_fraction", "claim_curve"},
+                        },
+                    ),
+                    "section",
+                    "claim",
                 ),
                 # a user mechanism's code is part of what its units are
                 "mechanism_file": plugin_digest(section.name, base_dir=context.base_dir)

@@ -62,7 +62,14 @@ from dpaudit.bounds import (
     learned_lower_bounds,
 )
 from dpaudit.errors import DpauditError, InsufficientTrialsError, check_choice
-from dpaudit.kinds.base import KindSummary, Outputs, RunContext, UnitPlan, unit_index
+from dpaudit.kinds.base import (
+    KindSummary,
+    Outputs,
+    RunContext,
+    UnitPlan,
+    claim_left_out,
+    unit_index,
+)
 from dpaudit.mechanisms.noise import Mechanism, user_mechanism
 from dpaudit.mechanisms.schema import (
     FIT_FRACTION,
@@ -778,9 +785,17 @@ def search_plan(section: MechanismSection, context: RunContext) -> UnitPlan:
         spec=spec,
         units=tuple(f"mechanism-{i:05d}" for i in range(n)),
         key_data={
-            **spec.model_dump(
-                mode="json",
-                exclude={"base_dir": True, "section": {"learner", "fit_fraction", "claim_curve"}},
+            # the claim reaches the units only through the pairs screening chose (in the key)
+            **claim_left_out(
+                spec.model_dump(
+                    mode="json",
+                    exclude={
+                        "base_dir": True,
+                        "section": {"learner", "fit_fraction", "claim_curve"},
+                    },
+                ),
+                "section",
+                "claim",
             ),
             "mechanism_file": plugin_digest(section.name, base_dir=context.base_dir),
             **{

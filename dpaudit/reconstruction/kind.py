@@ -33,7 +33,14 @@ from __future__ import annotations
 
 import math
 
-from dpaudit.kinds.base import AuditKind, KindSummary, Outputs, RunContext, UnitPlan
+from dpaudit.kinds.base import (
+    AuditKind,
+    KindSummary,
+    Outputs,
+    RunContext,
+    UnitPlan,
+    claim_left_out,
+)
 from dpaudit.reconstruction.schema import ReconstructionSection
 
 
@@ -69,7 +76,10 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
             fn=reconstruction_unit,
             spec=spec,
             units=tuple(units),
-            key_data=spec.model_dump(mode="json"),
+            # the σ claimed changes no game: the accountant reads it after the store
+            key_data=claim_left_out(
+                spec.model_dump(mode="json"), "section", "game", "claimed_noise_multiplier"
+            ),
             description="inverting gradients",
         )
 
