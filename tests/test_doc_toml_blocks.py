@@ -9,7 +9,11 @@ A block states what it does in its first comment lines:
   verdict's headline must be about (its first finding).
 - ``# not run: why``: a fragment (one table to add to a file, say), never run.
 
-A block that says neither fails here, so no example can drift unnoticed.
+A block that says neither fails here, so no example can drift unnoticed. Two kinds of
+block are run elsewhere and skipped here: a tutorial's block, whose HTML marker
+(``<!-- file: PATH -->`` and the like) ``tests/test_docs_tutorials.py`` acts on, and a kind
+page's include of its shipped example (``--8<-- "dpaudit/examples/KIND.toml"``), which
+``dpaudit init --kind KIND`` writes and ``tests/test_cli.py`` runs.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from dpaudit.config import load_config_text
 from dpaudit.errors import DpauditError
 
 ROOT = Path(__file__).resolve().parent.parent
-_BLOCK = re.compile(r"^```toml\n(.*?)^```", flags=re.DOTALL | re.MULTILINE)
+_BLOCK = re.compile(r"(<!-- [^>]*-->\n)?^```toml\n(.*?)^```", flags=re.DOTALL | re.MULTILINE)
+_INCLUDE = re.compile(r'\A--8<-- "dpaudit/examples/[a-z-]+\.toml"\s*\Z')
 _EXIT = re.compile(r"^# expect: exit ([012])\b", flags=re.MULTILINE)
 _HEADLINE = re.compile(r"^# expect: headline (\S+)", flags=re.MULTILINE)
 _FROM = re.compile(r"^# run from: (\S+)", flags=re.MULTILINE)
@@ -41,8 +46,10 @@ def _blocks() -> list[tuple[str, str]]:
     for page in _pages():
         text = page.read_text(encoding="utf-8")
         for match in _BLOCK.finditer(text):
-            line = text.count("\n", 0, match.start()) + 1
-            found.append((f"{page.relative_to(ROOT)}:{line}", match.group(1)))
+            if match.group(1) or _INCLUDE.match(match.group(2)):
+                continue  # run by the tutorials' test, or dpaudit init's example
+            line = text.count("\n", 0, match.start(2))
+            found.append((f"{page.relative_to(ROOT)}:{line}", match.group(2)))
     return found
 
 
