@@ -2,9 +2,10 @@
 what CPU cost, and does each fixed implementation pass?
 
 Each bug class is a pair of audit files in ``benchmarks/zoo/`` (``<class>-buggy.toml``,
-``<class>-fixed.toml``) over the plug-ins ``benchmarks/zoo/zoo_mechanisms.py`` (scored by
-``score = "learned"`` on the known worst-case pair; the float Laplace by ``score =
-"floating"``) and ``benchmarks/zoo/zoo_trainers.py`` (DP-SGD, white-box Dirac canary).
+``<class>-fixed.toml``) over the plug-ins ``benchmarks/zoo/zoo_mechanisms.py`` (no
+``score`` key: the default ``score = "auto"`` learns a score for these user mechanisms, on
+the known worst-case pair; the float Laplace by ``score = "floating"``) and
+``benchmarks/zoo/zoo_trainers.py`` (DP-SGD, white-box Dirac canary).
 For each class:
 
 1. **Buggy, a doubling ladder.** The buggy audit runs at ``--start`` trials per arm,

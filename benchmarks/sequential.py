@@ -3,7 +3,7 @@ monitoring, and the fixed designs beside them.
 
 Every sequential figure runs the audit's own decision (:func:`dpaudit.mechanisms.sequential
 .outcome`, the function ``dpaudit run`` asks after each stored round) on rounds drawn by the
-kind's own unit function (:func:`dpaudit.mechanisms.units.mechanism_unit`), drawn lazily, so a
+kind's own round function (:func:`dpaudit.mechanisms.sequential.mechanism_round`), lazily, so a
 repeat costs only the rounds it reads. Repeat i uses audit seed i.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sequential.py detect --seeds 50
@@ -43,8 +43,7 @@ from scipy import stats
 from dpaudit.bounds import epsilon_and_mu_lower_bounds, epsilon_from_counts, mu_from_counts
 from dpaudit.kinds.base import RunContext, SequentialSettings
 from dpaudit.mechanisms.schema import MechanismSection
-from dpaudit.mechanisms.sequential import outcome, plan_rounds
-from dpaudit.mechanisms.units import mechanism_unit
+from dpaudit.mechanisms.sequential import mechanism_round, outcome, plan_rounds
 from dpaudit.planning import plan_trials
 from dpaudit.sequential import SequentialRule, select_threshold
 
@@ -87,7 +86,7 @@ def context(seed: int, round_trials: int, **kw) -> RunContext:
 def run_sequential(sec: MechanismSection, seed: int, round_trials: int, level: float, **kw):
     ctx = context(seed, round_trials, **kw)
     plan = plan_rounds(sec, ctx)
-    assert plan.fn is mechanism_unit
+    assert plan.fn is mechanism_round
     return outcome(sec, ctx, LazyRounds(plan), level=level)
 
 

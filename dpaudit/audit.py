@@ -411,6 +411,8 @@ def _run_rounds(
     decisions are taken, since a decision is a function of the stored rounds alone.
     """
     kind, section, context = get_kind(name), config.section(name), run_context(config)
+    # a monitor keeps the tests between rounds: a round costs its own trials only
+    monitor = kind.round_monitor(section, context, level=level)
     done: list[str] = []
     computed = 0
     if progress is not None:  # the cap's rounds are the total; a stop ends the bar early
@@ -423,8 +425,12 @@ def _run_rounds(
             if progress is not None:
                 progress(plan.description, len(plan.units), 1)
         done.append(unit)
-        outputs = StoredOutputs(store, {u: digests[u] for u in done})
-        if kind.stop_reason(section, context, outputs, level=level) != "continue":
+        if monitor is not None:
+            decision = monitor.add(unit, StoredOutputs(store, {unit: digests[unit]})[unit])
+        else:
+            outputs = StoredOutputs(store, {u: digests[u] for u in done})
+            decision = kind.stop_reason(section, context, outputs, level=level)
+        if decision != "continue":
             break
     stats = UnitStats(total=len(done), reused=len(done) - computed, computed=computed)
     return stats, tuple(done)

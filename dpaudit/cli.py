@@ -320,6 +320,10 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+#: Characters of a test label the console table shows whole (longer ones: their head).
+_TABLE_LABEL = 24
+
+
 def _summary(result: AuditResult) -> None:
     from dpaudit.bounds import EpsilonBound
 
@@ -333,17 +337,28 @@ def _summary(result: AuditResult) -> None:
         c for c in result.comparisons if c.in_verdict or c.lower.validity.startswith("rigorous")
     ]
     hidden = len(result.comparisons) - len(shown)
+    # A long label ("search #1 (remove-0): D=[...], D'=[...], event ...") keeps its head in
+    # the table and is written out in full below it: the table fits an 80-column CI log.
+    spelled: list[str] = []
     for c in shown:
+        head, colon, _ = c.test.partition(": ")
+        label = c.test
+        if colon and len(c.test) > _TABLE_LABEL and len(head) <= _TABLE_LABEL:
+            label = head
+            if c.test not in spelled:
+                spelled.append(c.test)
         upper = "-" if c.upper is None else f"{c.upper:.4g}"
         tight = "-" if c.tightness is None else f"{c.tightness:.3f}"
         name = f"ε δ={c.lower.delta:g}" if isinstance(c.lower, EpsilonBound) else "μ"
         mark = " [bold red]VIOLATION[/]" if c.violation else ""
         validity = c.lower.validity.replace("rigorous-", "rigorous, ")
         table.add_row(
-            Text(one_line(c.test)), name, f"{c.lower.value:.4g}{mark}", upper, tight, validity
+            Text(one_line(label)), name, f"{c.lower.value:.4g}{mark}", upper, tight, validity
         )
     if shown:
         console.print(table)
+    for full in spelled:
+        console.print(one_line(full), markup=False, highlight=False)
     said = set()  # one line per target, however many attacks it had
     for test in result.tests:
         target = test.details.get("target")

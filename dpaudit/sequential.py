@@ -70,23 +70,28 @@ from dpaudit.stats import clopper_pearson_upper
 from dpaudit.tradeoff import TradeoffCurve
 
 __all__ = [
+    "CONSTANT_ROUNDS",
     "SEQUENTIAL_METHOD",
     "STOP_REASONS",
     "Bet",
     "ExtraTest",
     "RoundPoint",
     "RoundsOutcome",
+    "RoundsRunner",
     "SequentialPlan",
     "SequentialRule",
     "SequentialTest",
     "TargetTest",
     "combined_decision",
+    "cumulative_rounds",
     "feed_rounds",
     "log_mixture_martingale",
     "null_line",
     "outcome_bound",
     "plan_sequential",
     "rate_upper_limit",
+    "round_trials_at",
+    "rounds_to_reach",
     "run_rounds",
     "select_threshold",
     "sequential_path",
@@ -900,6 +905,86 @@ class ExtraTest:
     level: float
 
 
+class RoundsRunner:
+    """The tests of :func:`run_rounds`, fed one round at a time.
+
+    Round 0 builds one test per rule (and per extra test); every later round is added to
+    each, at a cost that depends on that round's trials only, never on how many rounds
+    came before (each test keeps running counts and running limits). After each round
+    :meth:`add` returns the combined decision (:func:`combined_decision`); once it is not
+    ``"continue"`` the runner takes no more rounds, and :meth:`outcome` is what
+    :func:`run_rounds` returns for the same rounds.
+
+    Args:
+        rules: per parameter, its :class:`SequentialRule`.
+        entered: per parameter, whether its comparison is in the verdict.
+        last_round: index of the last round allowed (the cap).
+        extra: further tests by name (:class:`ExtraTest`).
+    """
+
+    def __init__(
+        self,
+        rules: dict[str, SequentialRule],
+        *,
+        entered: dict[str, bool],
+        last_round: int,
+        extra: Mapping[str, ExtraTest] | None = None,
+    ) -> None:
+        self.rules, self.entered, self.last_round = rules, dict(entered), last_round
+        self.extra = dict(extra or {})
+        self.tests: dict[str, Any] = {}
+        self.paths: dict[str, list[RoundPoint]] = {}
+        self.decision, self.rounds, self.trials = "continue", 0, 0
+
+    def add(self, negatives: Any, positives: Any) -> str:
+        """Feed the next round (round 0 first); returns the decision after it.
+
+        Raises:
+            DpauditError: a round after the decision.
+        """
+        if self.decision != "continue":
+            raise DpauditError(
+                f"internal error: round {self.rounds} fed to a sequential test that already "
+                f"stopped ({self.decision})"
+            )
+        r = self.rounds
+        if r == 0:
+            self.tests = {
+                p: SequentialTest(negatives, positives, rule) for p, rule in self.rules.items()
+            }
+            self.tests.update({p: e.start(negatives, positives) for p, e in self.extra.items()})
+            self.paths = {p: [] for p in self.tests}
+        else:
+            for p, test in self.tests.items():
+                self.paths[p].append(test.add(negatives, positives, last=r >= self.last_round))
+            last = {p: pts[-1].decision for p, pts in self.paths.items()}
+            self.decision = combined_decision(last, self.entered)
+        self.rounds += 1
+        self.trials += max(np.asarray(negatives).size, np.asarray(positives).size)
+        return self.decision
+
+    def outcome(self) -> RoundsOutcome:
+        """The tests' state after the rounds fed so far.
+
+        Raises:
+            DpauditError: no round fed.
+        """
+        if self.rounds == 0:
+            raise DpauditError("A sequential test needs at least its selection round (round 0).")
+        rules, extra = self.rules, self.extra
+        return RoundsOutcome(
+            decision=self.decision,
+            rounds=self.rounds,
+            trials=self.trials,
+            thresholds={p: self.tests[p].threshold for p in rules},
+            paths={p: list(pts) for p, pts in self.paths.items()},
+            levels={p: r.level for p, r in rules.items()} | {p: e.level for p, e in extra.items()},
+            uppers={p: r.upper for p, r in rules.items()} | dict.fromkeys(extra),
+            targets={p: r.target for p, r in rules.items()} | dict.fromkeys(extra),
+            entered=dict(self.entered),
+        )
+
+
 def run_rounds(
     rounds: Sequence[tuple[Any, Any]],
     rules: dict[str, SequentialRule],
@@ -913,7 +998,9 @@ def run_rounds(
 
     A deterministic function of the rounds given: a resumed or extended run reads the same
     stored rounds and takes the same decisions, and rounds after the decision are never
-    read. Any kind whose rounds are ``(negative scores, positive scores)`` uses it.
+    read. Any kind whose rounds are ``(negative scores, positive scores)`` uses it; an
+    audit that decides after every round keeps a :class:`RoundsRunner` instead, so that
+    each round costs what its own trials cost.
 
     Args:
         rounds: ``(negative scores, positive scores)`` per round; round 0 chooses the
@@ -932,31 +1019,73 @@ def run_rounds(
     """
     if not rounds:
         raise DpauditError("A sequential test needs at least its selection round (round 0).")
-    extra = dict(extra or {})
-    tests: dict[str, Any] = {p: SequentialTest(*rounds[0], rule) for p, rule in rules.items()}
-    tests.update({p: e.start(*rounds[0]) for p, e in extra.items()})
-    paths: dict[str, list[RoundPoint]] = {p: [] for p in tests}
-    decision, used = "continue", 1
-    for r in range(1, len(rounds)):
-        neg, pos = rounds[r]
-        for p, test in tests.items():
-            paths[p].append(test.add(neg, pos, last=r >= last_round))
-        used = r + 1
-        decision = combined_decision({p: pts[-1].decision for p, pts in paths.items()}, entered)
-        if decision != "continue":
+    runner = RoundsRunner(rules, entered=entered, last_round=last_round, extra=extra)
+    for neg, pos in rounds:
+        if runner.add(neg, pos) != "continue":
             break
-    trials = sum(max(np.asarray(n).size, np.asarray(q).size) for n, q in rounds[:used])
-    return RoundsOutcome(
-        decision=decision,
-        rounds=used,
-        trials=trials,
-        thresholds={p: tests[p].threshold for p in rules},
-        paths=paths,
-        levels={p: r.level for p, r in rules.items()} | {p: e.level for p, e in extra.items()},
-        uppers={p: r.upper for p, r in rules.items()} | dict.fromkeys(extra),
-        targets={p: r.target for p, r in rules.items()} | dict.fromkeys(extra),
-        entered=dict(entered),
-    )
+    return runner.outcome()
+
+
+# ------------------------------------------------------------------ the rounds' schedule
+
+#: Rounds of ``round_trials`` each, round 0 included, before the rounds grow.
+CONSTANT_ROUNDS = 20
+#: The mantissas of the cumulative trials once the rounds grow: 1, 1.25, 1.5, 2, 2.5, 3, 4,
+#: 5, 6, 8 times a power of ten times ``round_trials`` (each step at most × 4/3).
+_SERIES = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
+
+
+def cumulative_rounds(rounds: int) -> list[int]:
+    """Cumulative trials per arm after rounds 0, 1, ..., ``rounds`` − 1, in units of
+    ``round_trials``: 1, 2, ..., 20, then 25, 30, 40, 50, 60, 80, 100, 125, 150, 200, ...
+
+    A schedule fixed before any trial is drawn (it depends on the round's index alone):
+    the confidence sequences hold at every number of trials at once (Ville's inequality),
+    so looking only at these numbers keeps every level, and a stopping rule that reads
+    them is as valid as one that reads every trial. Constant rounds up to the tuned trials
+    (20 rounds, where the mixture boundary is tightest, :func:`default_tuned_trials`),
+    then rounds that grow with the trials already run (at most by a third): a correct
+    mechanism run to a cap of N trials is looked at O(log N) times, and a violation found
+    after n trials costs at most 4/3 · n.
+
+    Raises:
+        DpauditError: ``rounds`` < 1.
+    """
+    rounds = check_integer("rounds", rounds, low=1)
+    out = list(range(1, min(rounds, CONSTANT_ROUNDS) + 1))
+    power = 10
+    while len(out) < rounds:
+        for m in _SERIES:
+            value = m * power
+            if len(out) < rounds and value > out[-1] and value == int(value):
+                out.append(int(value))
+        power *= 10
+    return out
+
+
+def round_trials_at(index: int, round_trials: int) -> int:
+    """Trials per arm of round ``index`` (:func:`cumulative_rounds` × ``round_trials``)."""
+    index = check_integer("index", index, low=0)
+    cumulative = cumulative_rounds(index + 1)
+    previous = cumulative[-2] if index > 0 else 0
+    return (cumulative[-1] - previous) * round_trials
+
+
+def rounds_to_reach(trials: int, round_trials: int) -> int:
+    """The fewest rounds whose cumulative trials reach ``trials`` (the cap, rounded up to
+    whole rounds so that a round never depends on the cap), at least 2."""
+    trials = check_integer("trials", trials, low=1)
+    rounds = 2
+    while cumulative_rounds(rounds)[-1] * round_trials < trials:
+        rounds *= 2
+    low = rounds // 2
+    while low < rounds:  # the fewest: bisect between a short and a long enough schedule
+        mid = (low + rounds) // 2
+        if cumulative_rounds(mid)[-1] * round_trials >= trials:
+            rounds = mid
+        else:
+            low = mid + 1
+    return max(2, rounds)
 
 
 def outcome_bound(result: RoundsOutcome, parameter: str, *, delta: float) -> Any:

@@ -32,6 +32,7 @@ EXPECTED_EXIT = {
     "reconstruction-game-sequential": 1,
     "laplace-vector-violation": 1,
     "learned-rr-violation": 1,
+    "exponential-mechanism-violation": 1,
     "learned-histogram-violation": 1,
     "search-rr-violation": 1,
     "search-svt-violation": 1,

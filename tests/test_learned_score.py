@@ -405,16 +405,16 @@ def test_a_learned_unit_holds_raw_outputs_and_the_learner_is_not_part_of_its_key
     [
         (
             {"name": "laplace", "epsilon": 1.0, "score": "learnt"},
-            "'score' is 'learned' (a classifier fitted on some of the trials) or "
-            "'pkg.module:function'; got 'learnt'",
+            "'score' is 'auto' (the default), 'learned' (a classifier fitted on some of the "
+            "trials), 'floating' or 'pkg.module:function'; got 'learnt'",
         ),
         (
             {"name": "laplace", "epsilon": 1.0, "learner": "knn"},
-            "'learner' configures score = 'learned'; set score = 'learned' or remove 'learner'",
+            "'learner' configures a learned score; set score = 'learned' or remove 'learner'",
         ),
         (
             {"name": "laplace", "epsilon": 1.0, "fit_fraction": 0.5},
-            "'fit_fraction' configures score = 'learned'",
+            "'fit_fraction' configures a learned score",
         ),
         (
             {"name": "unary-encoding", "k": 65, "epsilon": 1.0, "score": "learned"},
@@ -450,14 +450,17 @@ def test_a_bad_learner_exits_2_with_one_line(tmp_path: Path) -> None:
 
 
 def _bit_audit(tmp_path: Path, *, data: str, learned: bool, fixed: bool = False) -> Path:
-    """The RR example with the pair in a given order, its plug-in under a name of its own."""
-    shutil.copy(AUDITS / "plugins" / "bit_response.py", tmp_path / "bit_response_copy.py")
+    """The RR example with the pair in a given order, its plug-in under a name of its own;
+    ``learned=False`` scores each output by itself (a score plug-in, larger = D')."""
+    copy = tmp_path / "bit_response_copy.py"
+    shutil.copy(AUDITS / "plugins" / "bit_response.py", copy)
+    copy.write_text(copy.read_text() + "\n\ndef output(outputs):\n    return outputs\n")
     f = tmp_path / f"rr-{data.replace(' ', '')}-{learned}-{fixed}.toml"
     f.write_text(
         "[audit]\nname = 'rr'\nkinds = ['mechanism']\nseed = 0\n[mechanism]\n"
         f"name = 'bit_response_copy:{'respond' if fixed else 'respond_buggy'}'\n"
         f"data = {data}\ntrials = 50_000\n"
-        + ("score = 'learned'\n" if learned else "")
+        + ("score = 'learned'\n" if learned else "score = 'bit_response_copy:output'\n")
         + "[mechanism.claim]\nepsilon = 1.0\n"
     )
     return f
@@ -482,7 +485,8 @@ def test_the_scalar_score_is_blind_to_it_when_d_prime_gives_smaller_outputs(
     tmp_path: Path,
 ) -> None:
     # Control: the output itself as the score (larger = D') sees nothing with D = [1],
-    # D' = [0], the blind spot the learned score removes.
+    # D' = [0], the blind spot the learned score removes (and the default, "auto", which
+    # learns a score for a user mechanism: tests/test_auto_score.py).
     code, result, _ = _run(_bit_audit(tmp_path, data="[[1], [0]]", learned=False), tmp_path / "r")
     assert code == 0
     assert _lower(result, "epsilon")["value"] == 0.0

@@ -31,7 +31,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -261,6 +261,21 @@ class AuditKind(ABC, Generic[S]):
         resumed run decides as the killed one would have. Only asked when
         :meth:`is_sequential` is True."""
         raise KindContractError(f"audit kind {self.name!r} has no sequential design")
+
+    def round_monitor(
+        self, section: S, context: RunContext, *, level: float
+    ) -> RoundMonitor | None:
+        """An object that takes the decision round by round, keeping its state between
+        rounds (``add(unit, stored) -> decision``), so that a round costs what its own
+        trials cost; it must decide as :meth:`stop_reason` would after the same rounds.
+        None (the default): the audit asks :meth:`stop_reason` after each round."""
+        return None
+
+
+class RoundMonitor(Protocol):
+    """What :meth:`AuditKind.round_monitor` returns: fed each stored round in order."""
+
+    def add(self, unit: str, stored: Mapping[str, Any], /) -> str: ...
 
 
 def unit_index(unit: str) -> int:

@@ -14,6 +14,7 @@ statistics).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from dpaudit.bounds import require_design
 from dpaudit.errors import ConfigError, DpauditError
@@ -21,10 +22,12 @@ from dpaudit.kinds.base import (
     AuditKind,
     KindSummary,
     Outputs,
+    RoundMonitor,
     RunContext,
     UnitPlan,
     claim_left_out,
 )
+from dpaudit.mechanisms.auto_score import choose_score, resolved
 from dpaudit.mechanisms.schema import EXACT_TRIALS_LIMIT, LEARNED, MechanismSection
 from dpaudit.mechanisms.units import (
     MechanismSpec,
@@ -46,6 +49,7 @@ class MechanismKind(AuditKind[MechanismSection]):
     )
 
     def check_runnable(self, section: MechanismSection, context: RunContext) -> None:
+        section = _scored(section, context)
         if section.search is not None and context.sequential is not None:
             raise ConfigError(
                 "[mechanism.search] audits its chosen pairs with a fixed number of trials; "
@@ -74,6 +78,7 @@ class MechanismKind(AuditKind[MechanismSection]):
         )
 
     def size_notes(self, section: MechanismSection, context: RunContext) -> list[str]:
+        section = _scored(section, context)
         if section.trials <= EXACT_TRIALS_LIMIT:
             return []
         size = min(context.unit_size, section.trials)
@@ -96,6 +101,7 @@ class MechanismKind(AuditKind[MechanismSection]):
         ]
 
     def plan(self, section: MechanismSection, context: RunContext) -> UnitPlan:
+        section = _scored(section, context)
         if context.sequential is not None:  # rounds of a sequential test
             from dpaudit.mechanisms.sequential import plan_rounds
 
@@ -144,6 +150,7 @@ class MechanismKind(AuditKind[MechanismSection]):
         )
 
     def comparisons(self, section: MechanismSection, context: RunContext, outputs: Outputs) -> int:
+        section = _scored(section, context)
         mech = build_mechanism(section, str(context.base_dir))
         upper = upper_bound(section, mech, context.delta)
         per_pair = sum(in_verdict(upper).values())
@@ -159,13 +166,24 @@ class MechanismKind(AuditKind[MechanismSection]):
     def summarise(
         self, section: MechanismSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
+        choice = choose_score(section, sequential=context.sequential is not None)
+        section = _scored(section, context)
         if section.search is not None:
             from dpaudit.mechanisms.search import search_summary
 
-            return search_summary(section, context, outputs, level=level)
-        from dpaudit.mechanisms.summary import mechanism_summary
+            summary = search_summary(section, context, outputs, level=level)
+        else:
+            from dpaudit.mechanisms.summary import mechanism_summary
 
-        return mechanism_summary(section, context, outputs, level=level)
+            summary = mechanism_summary(section, context, outputs, level=level)
+        # which score was counted, and why: in results.json's test and in the report
+        tests = tuple(
+            t.with_details(
+                score=choice.to_dict(learner=(t.details.get("learned") or {}).get("learner"))
+            )
+            for t in summary.tests
+        )
+        return replace(summary, tests=tests)
 
     def is_sequential(self, section: MechanismSection, context: RunContext) -> bool:
         return context.sequential is not None
@@ -175,7 +193,20 @@ class MechanismKind(AuditKind[MechanismSection]):
     ) -> str:
         from dpaudit.mechanisms.sequential import stop_reason
 
-        return stop_reason(section, context, outputs, level=level)
+        return stop_reason(_scored(section, context), context, outputs, level=level)
+
+    def round_monitor(
+        self, section: MechanismSection, context: RunContext, *, level: float
+    ) -> RoundMonitor:
+        from dpaudit.mechanisms.sequential import RoundsMonitor
+
+        return RoundsMonitor(_scored(section, context), context, level=level)
+
+
+def _scored(section: MechanismSection, context: RunContext) -> MechanismSection:
+    """The table with ``score = "auto"`` resolved (:mod:`dpaudit.mechanisms.auto_score`):
+    every method of the kind sees the score the audit counts."""
+    return resolved(section, sequential=context.sequential is not None)
 
 
 KIND = MechanismKind()

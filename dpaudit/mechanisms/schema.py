@@ -39,6 +39,9 @@ Vectors = tuple[list[float], list[float]]
 
 #: ``score = "learned"``: a classifier fitted on some trials scores the others.
 LEARNED = "learned"
+#: ``score = "auto"`` (the default, also when ``score`` is not given): the exact likelihood
+#: ratio where it is known, else a learned score (:mod:`dpaudit.mechanisms.auto_score`).
+AUTO = "auto"
 #: The classifiers of a learned score (:mod:`dpaudit.mechanisms.learned`): ``auto`` is
 #: ``counts`` for outputs with few distinct values, else ``logistic``.
 LEARNERS = ("auto", "logistic", "boosting", "knn", "counts")
@@ -239,28 +242,30 @@ class MechanismSection(Table):
     def _scorer(self) -> None:
         """``log_density`` and ``score``: a user's scorer, or ``score = "learned"``."""
         learned = self.score == LEARNED
+        auto = self.score in (None, AUTO)
         if self.score == FLOATING:
             return  # checked with its table by _search_and_floating
-        if self.score is not None and not learned and ":" not in self.score:
+        if not auto and not learned and ":" not in self.score:  # type: ignore[operator]
             raise ValueError(
-                f"'score' is {LEARNED!r} (a classifier fitted on some of the trials) or "
-                f"'pkg.module:function'; got {self.score!r}"
+                f"'score' is {AUTO!r} (the default), {LEARNED!r} (a classifier fitted on some "
+                f"of the trials), {FLOATING!r} or 'pkg.module:function'; got {self.score!r}"
             )
         for key in ("log_density", "score"):
-            if key == "score" and learned:
+            if key == "score" and (learned or auto):
                 continue  # a learned score needs no user code: any mechanism may have one
             if getattr(self, key) is not None and ":" not in self.name:
                 raise ValueError(
                     f"'{key}' scores a user mechanism's outputs; {self.name!r} is built in and "
                     "scores its own"
                 )
-        if self.log_density is not None and self.score is not None:
+        if self.log_density is not None and not auto:
             raise ValueError("give 'log_density' or 'score' for a user mechanism, not both")
+        # score = "auto" learns a score for a user mechanism without a log density
+        learns = learned or (auto and ":" in self.name and self.log_density is None)
         for key in ("learner", "fit_fraction"):
-            if getattr(self, key) is not None and not learned:
+            if getattr(self, key) is not None and not learns:
                 raise ValueError(
-                    f"'{key}' configures score = {LEARNED!r}; set score = {LEARNED!r} or remove "
-                    f"'{key}'"
+                    f"'{key}' configures a learned score; set score = {LEARNED!r} or remove '{key}'"
                 )
         if learned and self.name == "unary-encoding" and (self.k or 0) > LEARNED_UNARY_MAX_K:
             raise ValueError(

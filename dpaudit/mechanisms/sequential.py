@@ -1,7 +1,12 @@
 """The ``mechanism`` kind's sequential design (``[audit] stopping = "sequential"``).
 
-The trials run in **rounds** of ``[audit] round_trials`` per arm, one unit per round (unit
-``mechanism-00000`` is round 0), up to the cap ``[mechanism] trials``. Round 0 chooses the
+The trials run in **rounds**, one unit per round (unit ``mechanism-00000`` is round 0), up
+to the cap ``[mechanism] trials`` (rounded up to whole rounds): rounds of ``[audit]
+round_trials`` per arm up to 20 rounds, then rounds that bring the cumulative trials to
+25, 30, 40, 50, 60, 80, 100, 125, ... times ``round_trials``
+(:func:`dpaudit.sequential.cumulative_rounds`), so a run to a cap of N trials looks
+O(log N) times. The audit keeps the tests between rounds (:class:`RoundsMonitor`), so a
+round costs what its own trials cost, whatever the rounds before it. Round 0 chooses the
 threshold of each bound and is never counted; after every later round the anytime-valid
 limits of :mod:`dpaudit.sequential` give ε and μ lower bounds that hold over every round at
 once, and the audit stops at the first round where
@@ -24,7 +29,10 @@ sequence: a round's trials depend only on the seed and its index, never on the c
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from dpaudit.bounds import EpsilonBound, MuBound
 from dpaudit.errors import ConfigError, DpauditError
@@ -34,17 +42,29 @@ from dpaudit.kinds.base import (
     SequentialSettings,
     UnitPlan,
     ordered_rounds,
+    unit_index,
 )
 from dpaudit.mechanisms.schema import LEARNED, MechanismSection
-from dpaudit.mechanisms.units import MechanismSpec, build_mechanism, in_verdict, mechanism_unit
+from dpaudit.mechanisms.units import MechanismSpec, build_mechanism, in_verdict, sample_trials
 from dpaudit.mechanisms.units import upper_bound as mechanism_upper_bound
 from dpaudit.plugins import plugin_digest
 from dpaudit.sequential import (
     RoundsOutcome,
+    RoundsRunner,
     SequentialRule,
+    cumulative_rounds,
     default_tuned_trials,
     outcome_bound,
+    round_trials_at,
+    rounds_to_reach,
     run_rounds,
+)
+
+#: The rounds' schedule in words (results.json, and the units' key: stored rounds of
+#: another schedule are never reused).
+SCHEDULE = (
+    "round_trials per round up to 20 rounds, then cumulative trials of 25, 30, 40, 50, 60, "
+    "80, 100, 125, ... x round_trials"
 )
 
 
@@ -55,9 +75,26 @@ def settings(context: RunContext) -> SequentialSettings:
 
 
 def rounds_cap(section: MechanismSection, context: RunContext) -> int:
-    """Rounds allowed: ⌈trials / round_trials⌉ (the last round is whole: the cap is
-    rounded up to whole rounds, so a round never depends on the cap)."""
-    return max(2, math.ceil(section.trials / settings(context).round_trials))
+    """Rounds allowed: the fewest whose cumulative trials reach ``trials`` (the last round
+    is whole: the cap is rounded up to whole rounds, so a round never depends on the cap)."""
+    return rounds_to_reach(section.trials, settings(context).round_trials)
+
+
+def cap_trials(section: MechanismSection, context: RunContext) -> int:
+    """Trials per arm of all the rounds allowed (the cap rounded up to whole rounds)."""
+    return cumulative_rounds(rounds_cap(section, context))[-1] * settings(context).round_trials
+
+
+def mechanism_round(spec: MechanismSpec, unit: str) -> dict[str, np.ndarray]:
+    """Round ``unit`` of a sequential audit: its own trials (``spec.unit_size`` is
+    ``round_trials``; :func:`dpaudit.sequential.round_trials_at`) from its own stream."""
+    index = unit_index(unit)
+    if index >= rounds_to_reach(spec.section.trials, spec.unit_size):
+        raise ConfigError(
+            f"unit {unit!r} is beyond the {spec.section.trials} trials of the sequential "
+            "[mechanism] audit"
+        )
+    return sample_trials(spec, index, round_trials_at(index, spec.unit_size))
 
 
 def check_sequential(section: MechanismSection) -> None:
@@ -77,6 +114,12 @@ def check_sequential(section: MechanismSection) -> None:
             "[audit] stopping = 'sequential' counts a fixed score round by round; "
             "score = 'learned' is fitted on a share of all trials: remove one of them"
         )
+    for key in ("learner", "fit_fraction"):
+        if getattr(section, key) is not None:
+            raise ConfigError(
+                f"[audit] stopping = 'sequential' counts a fixed score round by round; "
+                f"'{key}' configures a learned score, which it cannot fit: remove '{key}'"
+            )
 
 
 def plan_rounds(section: MechanismSection, context: RunContext) -> UnitPlan:
@@ -89,8 +132,8 @@ def plan_rounds(section: MechanismSection, context: RunContext) -> UnitPlan:
     """
     check_sequential(section)
     s = settings(context)
+    whole = section.model_copy(update={"trials": cap_trials(section, context)})
     n = rounds_cap(section, context)
-    whole = section.model_copy(update={"trials": n * s.round_trials})
     spec = MechanismSpec(
         section=whole, seed=context.seed, unit_size=s.round_trials, base_dir=str(context.base_dir)
     )
@@ -99,12 +142,13 @@ def plan_rounds(section: MechanismSection, context: RunContext) -> UnitPlan:
         exclude={"base_dir": True, "section": {"trials", "claim", "threshold", "claim_curve"}},
     )
     return UnitPlan(
-        fn=mechanism_unit,
+        fn=mechanism_round,
         spec=spec,
         units=tuple(f"mechanism-{i:05d}" for i in range(n)),
         key_data={
             **key,
             "stopping": "sequential",
+            "schedule": SCHEDULE,
             "mechanism_file": plugin_digest(section.name, base_dir=context.base_dir)
             if ":" in section.name
             else None,
@@ -165,6 +209,30 @@ def outcome(
     rules, entered = _rules(section, context, level=level)
     rounds = [(outputs[u]["negative"], outputs[u]["positive"]) for u in _rounds(outputs)]
     return run_rounds(rounds, rules, entered=entered, last_round=rounds_cap(section, context) - 1)
+
+
+class RoundsMonitor:
+    """The decision after each round as the audit runs them, kept between rounds
+    (:class:`dpaudit.sequential.RoundsRunner`): what :func:`stop_reason` would say after
+    the same rounds, without reading the earlier rounds again."""
+
+    def __init__(self, section: MechanismSection, context: RunContext, *, level: float) -> None:
+        rules, entered = _rules(section, context, level=level)
+        last = rounds_cap(section, context) - 1
+        self._runner = RoundsRunner(rules, entered=entered, last_round=last)
+
+    def add(self, unit: str, stored: Mapping[str, np.ndarray]) -> str:
+        """The next round's stored unit (rounds in order from round 0); the decision.
+
+        Raises:
+            DpauditError: a round out of order.
+        """
+        if unit_index(unit) != self._runner.rounds:
+            raise DpauditError(
+                f"a sequential audit reads its rounds in order from round 0; got {unit!r} "
+                f"after {self._runner.rounds} round(s)"
+            )
+        return self._runner.add(stored["negative"], stored["positive"])
 
 
 def stop_reason(
@@ -232,8 +300,9 @@ def describe(
         "decided_by": stopped,
         "rounds": result.rounds,
         "round_trials": s.round_trials,
-        "cap_trials": rounds_cap(section, context) * s.round_trials,
-        "trials_saved_against_cap": rounds_cap(section, context) * s.round_trials - result.trials,
+        "schedule": SCHEDULE,
+        "cap_trials": cap_trials(section, context),
+        "trials_saved_against_cap": cap_trials(section, context) - result.trials,
         "thresholds": dict(result.thresholds),
         "targets": dict(result.targets),
         "path": {p: [pt.to_dict() for pt in pts] for p, pts in result.paths.items()},

@@ -191,7 +191,7 @@ def mechanism_summary(
     warnings = list(learned_notes)
     if eps_lb.value == 0.0 and mu_lb.value == 0.0:
         trials = f"{summary.negatives} trials per hypothesis"
-        warnings.append(null_result_warning(label, trials, eps_lb))
+        warnings.append(null_result_warning(label, trials, eps_lb) + _null_hint(section, evidence))
     distance = mech.parameters.get("distance")
     if distance is not None and distance > mech.parameters["sensitivity"] * (1 + 1e-12):
         warnings.append(
@@ -770,6 +770,38 @@ def _declared_curve_comparison(
         upper=curve.claimed,
         upper_source=curve.source,
         in_verdict=True,
+    )
+
+
+#: Distinct scores, at most, of an output called discrete by a null result's hint (the
+#: learned score's ``counts`` learner takes up to 256 distinct values).
+DISCRETE_SCORES = 256
+
+
+def _null_hint(section: MechanismSection, evidence: Evidence | None) -> str:
+    """What to try after a null result on a user mechanism's discrete output: the learned
+    score (unless it ran) and the neighbour search (``docs/bug-hunting.md``); empty for a
+    built-in (its exact likelihood ratio is the best score there is) or continuous
+    scores."""
+    if ":" not in section.name or not isinstance(evidence, tuple):
+        return ""
+    distinct = int(np.unique(np.concatenate(evidence)).size)
+    if distinct > DISCRETE_SCORES:
+        return ""
+    if section.score == LEARNED:
+        said = (
+            f" Its learned score took only {distinct} distinct values (a discrete output) and "
+            "found no event here"
+        )
+    else:
+        said = (
+            f" Its scores took only {distinct} distinct values (a discrete output): a learned "
+            "score (score = 'learned', what the default 'auto' picks for a user mechanism "
+            "without a fixed score) learns which outputs point to D' in either direction"
+        )
+    return (
+        f"{said}; a [mechanism.search] table (data, neighbours) tries other pairs of inputs "
+        "than the one given (docs/bug-hunting.md)."
     )
 
 

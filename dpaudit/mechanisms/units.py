@@ -149,6 +149,13 @@ def mechanism_unit(spec: MechanismSpec, unit: str) -> dict[str, np.ndarray]:
             f"unit {unit!r} is beyond the {spec.section.trials} trials of [mechanism] "
             f"({spec.unit_size} per unit)"
         )
+    return sample_trials(spec, index, size)
+
+
+def sample_trials(spec: MechanismSpec, index: int, size: int) -> dict[str, np.ndarray]:
+    """``size`` trials per arm from the random stream of unit ``index`` alone: raw outputs
+    with ``score = "learned"``, else scores (what :func:`mechanism_unit` and a sequential
+    round store)."""
     rng = np.random.default_rng([spec.seed, _STREAM_MECHANISM, index])
     mech = build_mechanism(spec.section, spec.base_dir)
     if spec.section.score == LEARNED:
