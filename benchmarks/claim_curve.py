@@ -46,7 +46,7 @@ from dpaudit.bounds import (  # noqa: E402
     mu_from_rates,
     mu_lower_bound,
 )
-from dpaudit.claim_curve import (  # noqa: E402
+from dpaudit.bounds.claim_curve import (  # noqa: E402
     claim_curve_test,
     dpsgd_claim,
     effective_noise_multiplier,

@@ -38,7 +38,7 @@ returning a :class:`TrainerOutput` (or a dict with the same keys): ``scores`` (K
 (larger = "canary in") or ``models`` (a ModelStack, scored black-box by the audit), and
 ``records`` (one DPSGDRecord per model) or ``claim`` (a Claim, or a dict
 ``{"epsilon": .., "delta": .., "mu": ..}``), and optionally ``observations`` (a
-:class:`~dpaudit.greybox.GreyBoxObservations` of what ran step by step: batch sizes,
+:class:`~dpaudit.bounds.greybox.GreyBoxObservations` of what ran step by step: batch sizes,
 clipped norms, the noise on a coordinate no example touches, steps), which the audit
 turns into grey-box gate checks.
 
@@ -78,8 +78,8 @@ import numpy as np
 import torch
 
 from dpaudit import erm, theory
+from dpaudit.bounds.greybox import GreyBoxObservations
 from dpaudit.errors import ConfigError, DpauditError, check_choice
-from dpaudit.greybox import GreyBoxObservations
 from dpaudit.models import ModelSpec, ModelStack
 from dpaudit.plugins import load_plugin
 from dpaudit.recipes import sampling_plan
@@ -162,7 +162,7 @@ class TrainerOutput:
         claim: the (ε, δ)/μ guarantee of what ran, for trainers without a record.
         observations: what the trainer saw itself run, step by step (batch sizes, clipped
             norms, the noise on an untouched coordinate, steps), for the grey-box checks
-            of :mod:`dpaudit.greybox`; ``None`` leaves those checks not evaluated.
+            of :mod:`dpaudit.bounds.greybox`; ``None`` leaves those checks not evaluated.
     """
 
     scores: np.ndarray | None = field(default=None, repr=False)

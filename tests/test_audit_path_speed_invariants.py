@@ -26,9 +26,9 @@ import pytest
 import torch
 
 from dpaudit import run_audit
+from dpaudit.bounds.greybox import GreyBoxObservations
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.units import dpsgd_unit
-from dpaudit.greybox import GreyBoxObservations
 from dpaudit.models import ModelSpec
 from dpaudit.records import DPSGDRecord
 from dpaudit.store import RunStore, StoredOutputs, read_back

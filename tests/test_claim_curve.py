@@ -1,4 +1,4 @@
-"""Tests of dpaudit.claim_curve: curves from profiles, the claim-curve test, σ′."""
+"""Tests of dpaudit.bounds.claim_curve: curves from profiles, the claim-curve test, σ′."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from scipy import stats
 
 from dpaudit import theory
 from dpaudit.bounds import mu_from_rates
-from dpaudit.claim_curve import (
+from dpaudit.bounds.claim_curve import (
     SIGMA_STEPS_PER_DOUBLING,
     claim_curve_epsilon,
     claim_curve_test,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from dpaudit.claim_curve import ClaimCurve, dpsgd_claim, gdp_claim, randomized_response_claim
+from dpaudit.bounds.claim_curve import ClaimCurve, dpsgd_claim, gdp_claim, randomized_response_claim
 from dpaudit.dpsgd.kind import DpsgdKind
 from dpaudit.dpsgd.schema import DpsgdSection
 from dpaudit.dpsgd.sequential import CURVE, outcome, sequential_summary

@@ -6,7 +6,7 @@ out) and H1 (canary in), so their ε and μ lower bounds (:mod:`dpaudit.bounds`)
 says it RAN (its DPSGDRecords through the accountant, or its Claim, or both:
 :mod:`dpaudit.upper_bounds`). The one run is held against its own accountant ε
 (:mod:`dpaudit.dpsgd.one_run`), and the grey-box tests of the run's internals
-(:mod:`dpaudit.greybox`) become gate checks.
+(:mod:`dpaudit.bounds.greybox`) become gate checks.
 
 When the trainer states a claim beside its records of what ran, the claim is held
 against the tight accountant of those records (:func:`dpaudit.upper_bounds.check_claim`):
@@ -39,12 +39,12 @@ from dpaudit.bounds import (
     mu_bound_against_bracket,
     mu_lower_bound,
 )
-from dpaudit.claim_curve import claim_curve_epsilon
+from dpaudit.bounds.claim_curve import claim_curve_epsilon
+from dpaudit.bounds.greybox import GreyBoxObservations, GreyBoxTest, greybox_tests
 from dpaudit.dpsgd.one_run import ONE_RUN_UNIT, one_run_comparisons
 from dpaudit.dpsgd.schema import ENGINE_TRAINERS, DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.setup import _setup, worst_case_details
 from dpaudit.dpsgd.units import CHECKPOINTS_KEY, trainer_libraries
-from dpaudit.greybox import GreyBoxObservations, GreyBoxTest, greybox_tests
 from dpaudit.kinds.base import KindSummary, Outputs, RunContext
 from dpaudit.last_iterate import last_iterate_details
 from dpaudit.records import DPSGDRecord
@@ -173,7 +173,7 @@ def in_verdict(stored: StoredUnits) -> tuple[str, ...]:
         # reported but kept out of the verdict, so it takes no share of the budget.
         listed += [_MANY_EPSILON] if stored.upper.epsilon_finite else []
         listed += [_MANY_MU] if stored.upper.mu_finite else []
-        # The same scores against the whole curve of what ran (dpaudit.claim_curve): one
+        # The same scores against the whole curve of what ran (dpaudit.bounds.claim_curve): one
         # more share, so the three many-run comparisons hold jointly (union bound).
         listed += [_MANY_CURVE] if _curve_record(stored) is not None else []
     if stored.one is not None:
@@ -457,7 +457,7 @@ def _claim_curve_comparison(
 ) -> Comparison:
     """The scores against the accountant's trade-off curve of what ran, at the verdict's
     per-bound level: an ε above the accountant's means a point below its curve
-    (:func:`dpaudit.claim_curve.claim_curve_epsilon`)."""
+    (:func:`dpaudit.bounds.claim_curve.claim_curve_epsilon`)."""
     bound, accountant = claim_curve_epsilon(
         neg,
         pos,

@@ -53,6 +53,7 @@ from dpaudit.bounds import (
     _rate_level,
     _split_samples,
 )
+from dpaudit.bounds.threshold_search import best_threshold
 from dpaudit.errors import (
     DpauditError,
     InsufficientTrialsError,
@@ -68,7 +69,6 @@ from dpaudit.theory import (
     tradeoff_laplace,
     tradeoff_randomized_response,
 )
-from dpaudit.threshold_search import best_threshold
 from dpaudit.tradeoff import GridCounts, TradeoffCurve, as_scores
 
 __all__ = [
@@ -284,7 +284,7 @@ def gdp_curve_parameter(fpr_high: ArrayLike, fnr_high: ArrayLike) -> NDArray[np.
 def _probit_margin(curve: ClaimCurve) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """How far (u0, u1) lies below the curve, in probit units: Φ⁻¹(f(u0)) − Φ⁻¹(u1),
     floored at 0. Non-increasing in both limits (f is non-increasing), ≥ 0, and 0 at
-    u1 = 1, as :func:`dpaudit.threshold_search.best_threshold` requires. It is > 0
+    u1 = 1, as :func:`dpaudit.bounds.threshold_search.best_threshold` requires. It is > 0
     exactly when u1 < f(u0): the violation event. Probit units weigh a point near a
     corner (small rates) as much as one in the middle."""
 
@@ -383,7 +383,7 @@ def claim_curve_test(
             (default: the probit margin below the curve, 0 wherever the point is above
             it). It only chooses, so any rule keeps the level; it must be ≥ 0,
             non-increasing in both limits and 0 at ``fnr_high`` = 1
-            (:func:`dpaudit.threshold_search.best_threshold`). A family's parameter
+            (:func:`dpaudit.bounds.threshold_search.best_threshold`). A family's parameter
             (:func:`laplace_curve_parameter`, :func:`gdp_curve_parameter`) also ranks the
             thresholds whose points lie above the curve.
 
