@@ -75,7 +75,7 @@ def _section(setting: dict, canaries: int):
 
 def _ideal_scores(m: int, *, q: float, steps: int, sigma: float, seed: int):
     """Scores of m canaries from the exact law of the white-box transcript (C = 1)."""
-    from dpaudit.whitebox import mixture_log_likelihood_ratio
+    from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
 
     rng = np.random.default_rng([seed, 0x1DEA1])
     coins = rng.random(m) < 0.5

@@ -161,7 +161,7 @@ def _kappa(q: float, sigma: float, steps: int) -> float:
 
 
 def _poisson_scores(rng, repeats: int, m: int, *, q: float, steps: int, sigma: float):
-    from dpaudit.whitebox import mixture_log_likelihood_ratio
+    from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
 
     coins = rng.random((repeats, m)) < 0.5
     sampled = (rng.random((repeats, m, steps)) < q) & coins[..., None]

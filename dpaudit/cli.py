@@ -680,7 +680,7 @@ def account(
         )
         identification = None
         if identify:
-            from dpaudit.identification import identify_bracket
+            from dpaudit.theory.identification import identify_bracket
 
             identification = identify_bracket(bracket, source="this DP-SGD run")
     except DpauditError as exc:
@@ -755,8 +755,8 @@ def _account_equation(
     name: str, params: list[str], mix: float | None, figure: Path | None, *, as_json: bool
 ) -> None:
     """``dpaudit account --equation``: identify, measure, amplify and draw a guarantee
-    σ = g(ε, δ) (:mod:`dpaudit.equations`)."""
-    from dpaudit import equations
+    σ = g(ε, δ) (:mod:`dpaudit.theory.equations`)."""
+    from dpaudit.theory import equations
 
     values: dict[str, float] = {}
     for item in params:

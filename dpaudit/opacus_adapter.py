@@ -79,7 +79,7 @@ the model's rows ``X[membership[k]]``, and:
 * **white-box score**: per step, the privatised gradient SUM on the canary coordinate
   (``p.grad`` right after ``add_noise``, before the division by the expected batch size),
   x_t = noise + C·[canary sampled]; the run's score is Σ_t of
-  :func:`dpaudit.whitebox.mixture_log_likelihood_ratio` (``[dpsgd] score =
+  :func:`dpaudit.theory.whitebox.mixture_log_likelihood_ratio` (``[dpsgd] score =
   "likelihood-ratio"``) or the plain sum (``"sum"``), with the q, σ and C that ran.
 * **grey-box observations** (:class:`dpaudit.bounds.greybox.GreyBoxObservations`): per step the
   realised batch size, the largest clipped per-example norm (each example's norm is passed
@@ -125,9 +125,9 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 from dpaudit.bounds.greybox import GreyBoxObservations
 from dpaudit.errors import ConfigError
 from dpaudit.records import DPSGDRecord
+from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
 from dpaudit.trainers import CanarySetup, CapturedOutput, TrainerOutput, TrainerSettings
 from dpaudit.upper_bounds import Claim
-from dpaudit.whitebox import mixture_log_likelihood_ratio
 
 __all__ = [
     "CANARY_NORM_FACTOR",

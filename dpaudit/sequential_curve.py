@@ -70,7 +70,7 @@ from dpaudit.errors import DpauditError, check_in_interval, check_integer
 from dpaudit.sequential import RoundPoint, feed_rounds, rate_upper_limit, tuned_concentration
 from dpaudit.stats import ConfidenceInterval
 from dpaudit.theory import gdp_epsilon
-from dpaudit.whitebox import mixture_log_likelihood_ratio
+from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
 
 __all__ = [
     "CURVE_METHOD",
@@ -434,7 +434,7 @@ def whitebox_dpsgd_scores(
     Poisson DP-SGD steps with a Dirac gradient canary (C = 1): per step the canary's
     coordinate is N(0, σ²) without the canary and N(b, σ²), b ~ Bernoulli(q), with it;
     the score is the sum of the per-step log-likelihood ratios at that σ
-    (:func:`dpaudit.whitebox.mixture_log_likelihood_ratio`), the Neyman–Pearson test of
+    (:func:`dpaudit.theory.whitebox.mixture_log_likelihood_ratio`), the Neyman–Pearson test of
     the transcript.
 
     Returns:

@@ -54,7 +54,7 @@ of a model's transcript gives a valid audit, but its power depends on the choice
   for full-batch DP-GD, 1 if it does not divide), so that x_t ~ N(0, σ²C²) without
   the canary and (1 − q)·N(0, σ²C²) + q·N(C, σ²C²) with it, and return
   Σ_t ``mixture_log_likelihood_ratio(x_t, sampling_rate=q, noise_multiplier=σ,
-  clipping_norm=C)`` (re-exported here from :mod:`dpaudit.whitebox`). By the
+  clipping_norm=C)`` (re-exported here from :mod:`dpaudit.theory.whitebox`). By the
   Neyman–Pearson lemma this is the most powerful test of "canary out" against
   "canary in" when the canary's coordinate is touched by no real gradient; for full
   batch (q = 1) it is an increasing affine map of the plain sum. Use the q, σ and C
@@ -77,7 +77,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpaudit import erm, theory
+from dpaudit import theory
 from dpaudit.bounds.greybox import GreyBoxObservations
 from dpaudit.errors import ConfigError, DpauditError, check_choice
 from dpaudit.models import ModelSpec, ModelStack
@@ -85,9 +85,10 @@ from dpaudit.plugins import load_plugin
 from dpaudit.recipes import sampling_plan
 from dpaudit.records import DPSGDRecord
 from dpaudit.safe_text import one_line
+from dpaudit.theory import erm
+from dpaudit.theory.whitebox import WHITE_BOX_SCORES, mixture_log_likelihood_ratio
 from dpaudit.training import GradientCanary, StepInfo, TrainingSpec, train_many
 from dpaudit.upper_bounds import Claim
-from dpaudit.whitebox import WHITE_BOX_SCORES, mixture_log_likelihood_ratio
 
 __all__ = [
     "TRAINERS",
@@ -259,13 +260,13 @@ class _ProjectionObserver:
       and weight decay are 0, so this is the summed update up to a positive factor,
       which changes no threshold test.
     * ``log_likelihood_ratios`` (with ``mixture``): the sum over steps of
-      :func:`dpaudit.whitebox.mixture_log_likelihood_ratio` of the projection rescaled
+      :func:`dpaudit.theory.whitebox.mixture_log_likelihood_ratio` of the projection rescaled
       to the noisy sum's units. The engine divides (clipped sum + N(0, σ²C²) noise +
       canary) by the expected batch size q·n (n for full batch), so multiplying the
       projection by that divisor gives x_t = noise + C·[canary sampled] exactly (up to
       rounding) on a coordinate that no real gradient touches. By the Neyman–Pearson
       lemma this sum is the most powerful score against (1 − q)N(0, σ²C²) + qN(C, σ²C²)
-      per step (see :mod:`dpaudit.whitebox`).
+      per step (see :mod:`dpaudit.theory.whitebox`).
 
     Models that have finished their steps (``info.active`` false) add nothing to either.
     """
@@ -675,7 +676,7 @@ def _binary_labels(y: np.ndarray, settings: TrainerSettings, name: str) -> np.nd
 
 #: The exact minimisers of regularised logistic regression (Newton, float64, once per
 #: distinct membership row; ``average = False`` is the planted "no 1/n" bug of the tests),
-#: re-exported from :mod:`dpaudit.erm`, where the worst-case pair search uses them too.
+#: re-exported from :mod:`dpaudit.theory.erm`, where the worst-case pair search uses them too.
 regularised_logistic_optimum = erm.regularised_logistic_optimum
 
 

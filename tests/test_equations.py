@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpaudit.equations import (
+from dpaudit.errors import ConfigError, DpauditError
+from dpaudit.theory import discrete_profile, gdp_delta, mu_from_pure_dp, pure_dp_profile
+from dpaudit.theory.equations import (
     PrivacyEquation,
     amplify_by_mixing,
     equation_from_name,
@@ -22,8 +24,6 @@ from dpaudit.equations import (
     refined_equation_profile,
     sgd_equation,
 )
-from dpaudit.errors import ConfigError, DpauditError
-from dpaudit.theory import discrete_profile, gdp_delta, mu_from_pure_dp, pure_dp_profile
 
 EPS = np.linspace(0.0, 40.0, 4001)
 ROOT = Path(__file__).resolve().parents[1]

@@ -34,7 +34,7 @@ from dpaudit.gate import evaluate_gate
 from dpaudit.kinds.base import RunContext, check_spending
 from dpaudit.records import DPSGDRecord
 from dpaudit.sections import GateSection
-from dpaudit.whitebox import mixture_log_likelihood_ratio
+from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
 
 M, MU0, R = 200, 1.0, 400
 

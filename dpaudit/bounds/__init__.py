@@ -1308,7 +1308,7 @@ def one_run_epsilon_lower_bound(
 def mu_bound_against_bracket(bound: MuBound, tail: float) -> MuBound:
     """The μ lower bound to hold against the high end of a μ bracket with tail δ ``tail``.
 
-    A bracket [μ_low, μ_high] measured with tail δ t (:mod:`dpaudit.identification`)
+    A bracket [μ_low, μ_high] measured with tail δ t (:mod:`dpaudit.theory.identification`)
     guarantees only f_A(α) ≥ G_{μ_high}(α + t) − t. A test with error rates (α, β) then
     proves μ_high ≥ Φ⁻¹(1 − (α + t)) − Φ⁻¹(β + t): the bound is recomputed from the upper
     limits on both rates, each inflated by t. ``tail = 0`` returns ``bound`` unchanged.

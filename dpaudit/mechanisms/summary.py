@@ -67,7 +67,6 @@ from dpaudit.bounds.claim_curve import (
 )
 from dpaudit.bounds.threshold_search import ScoreSketch
 from dpaudit.errors import DpauditError
-from dpaudit.identification import IDENTIFIABLE_MECHANISMS, identify_mechanism
 from dpaudit.kinds.base import KindSummary, Outputs, RunContext, unit_index
 from dpaudit.mechanisms.noise import Mechanism
 from dpaudit.mechanisms.schema import (
@@ -93,6 +92,7 @@ from dpaudit.results import (
     theory_curves,
 )
 from dpaudit.theory import gdp_mu
+from dpaudit.theory.identification import IDENTIFIABLE_MECHANISMS, identify_mechanism
 from dpaudit.tradeoff import GridCounts, as_scores
 from dpaudit.upper_bounds import Claim, UpperBound
 
