@@ -142,9 +142,9 @@ def _engine_cost(models: int, seed: int) -> tuple[float, float]:
 def _validity(repeats: int, trials: int, seed: int) -> None:
     from scipy import stats
 
+    from dpaudit.accounting.upper_bounds import from_records
     from dpaudit.bounds import epsilon_lower_bound, mu_lower_bound
     from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
-    from dpaudit.upper_bounds import from_records
 
     x, included, records, _, cpu_model, _ = _adapter_runs(repeats * trials, seed)
     r = records[0]
@@ -205,9 +205,9 @@ def main() -> None:
         _validity(args.validity, args.validity_trials, args.seed)
         print(f"load average after: {os.getloadavg()}")
         return
+    from dpaudit.accounting.upper_bounds import from_records
     from dpaudit.bounds import epsilon_lower_bound, mu_lower_bound
     from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
-    from dpaudit.upper_bounds import from_records
 
     print(f"load average before: {os.getloadavg()}")
     x, included, records, opacus_eps, cpu_model, wall_model = _adapter_runs(args.trials, args.seed)

@@ -369,10 +369,10 @@ class SimulatedRounds(Mapping[str, Mapping[str, np.ndarray]]):
 def dpsgd(
     seeds: int, sigma: float, round_trials: int = 50, cap: int = 5000, divisor: float = 2.0
 ) -> None:
+    from dpaudit.accounting.upper_bounds import from_records
     from dpaudit.dpsgd.schema import DpsgdSection
     from dpaudit.dpsgd.sequential import outcome as dpsgd_outcome
     from dpaudit.dpsgd.sequential import plan_rounds as dpsgd_plan
-    from dpaudit.upper_bounds import from_records
 
     sec = DpsgdSection(
         trainer="dpsgd",

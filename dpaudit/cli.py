@@ -815,9 +815,9 @@ def _json_finite(value: Any) -> Any:
 def _print_composition_comparison(
     noise_multiplier: float, sampling_rate: float, steps: int, delta: float, *, as_json: bool
 ) -> None:
-    """``dpaudit account --compare``: the composition table (dpaudit.composition)."""
+    """``dpaudit account --compare``: the composition table (dpaudit.accounting.composition)."""
 
-    from dpaudit.composition import compare, format_markdown
+    from dpaudit.accounting.composition import compare, format_markdown
 
     table = compare(
         noise_multiplier=noise_multiplier, sampling_rate=sampling_rate, steps=steps, delta=delta

@@ -122,12 +122,12 @@ try:  # an optional extra: the adapter says so, in one line, when a run needs it
 except ImportError:  # pragma: no cover - exercised only without the extra
     opacus = None
 
+from dpaudit.accounting.upper_bounds import Claim
 from dpaudit.bounds.greybox import GreyBoxObservations
 from dpaudit.errors import ConfigError
 from dpaudit.records import DPSGDRecord
 from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
 from dpaudit.trainers import CanarySetup, CapturedOutput, TrainerOutput, TrainerSettings
-from dpaudit.upper_bounds import Claim
 
 __all__ = [
     "CANARY_NORM_FACTOR",

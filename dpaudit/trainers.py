@@ -4,7 +4,7 @@ A trainer trains K models, model ``k`` on the rows ``i`` of ``X`` with
 ``membership[k, i]``, and returns what the audit needs: the canary's score under every
 model (or the models, from which the audit computes black-box scores) and **what it
 actually ran** — a :class:`~dpaudit.records.DPSGDRecord` per model, which the
-accountant turns into ε(δ) and μ, or a :class:`~dpaudit.upper_bounds.Claim` (ε, δ, μ) for
+accountant turns into ε(δ) and μ, or a :class:`~dpaudit.accounting.upper_bounds.Claim` (ε, δ, μ) for
 procedures without a DP-SGD accountant. The upper bound of the audit is read from that
 output, never from the configuration.
 
@@ -78,6 +78,7 @@ import numpy as np
 import torch
 
 from dpaudit import theory
+from dpaudit.accounting.upper_bounds import Claim
 from dpaudit.bounds.greybox import GreyBoxObservations
 from dpaudit.errors import ConfigError, DpauditError, check_choice
 from dpaudit.models import ModelSpec, ModelStack
@@ -88,7 +89,6 @@ from dpaudit.safe_text import one_line
 from dpaudit.theory import erm
 from dpaudit.theory.whitebox import WHITE_BOX_SCORES, mixture_log_likelihood_ratio
 from dpaudit.training import GradientCanary, StepInfo, TrainingSpec, train_many
-from dpaudit.upper_bounds import Claim
 
 __all__ = [
     "TRAINERS",

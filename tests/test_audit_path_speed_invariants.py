@@ -160,7 +160,8 @@ def test_values_float32_cannot_hold_are_stored_as_they_are() -> None:
 def test_one_audit_saves_and_decodes_each_unit_once_reads_them_once_and_accounts_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dpaudit import accounting, store, upper_bounds
+    from dpaudit import accounting, store
+    from dpaudit.accounting import upper_bounds
     from dpaudit.dpsgd import summary
 
     calls = {"save": 0, "load": 0, "pld": 0, "read": 0, "greybox": 0}

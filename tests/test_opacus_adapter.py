@@ -284,7 +284,7 @@ def test_a_black_box_canary_is_a_row_of_the_models_that_hold_it() -> None:
 
 
 def _bound(epsilon: float, delta: float, mu: float | None, source: str):
-    from dpaudit.upper_bounds import UpperBound
+    from dpaudit.accounting.upper_bounds import UpperBound
 
     return UpperBound(epsilon, delta, mu, source, {source: epsilon}, 0.0 if mu is None else 1e-9)
 

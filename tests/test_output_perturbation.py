@@ -15,6 +15,7 @@ import pytest
 from scipy import optimize, stats
 
 from dpaudit import theory
+from dpaudit.accounting.upper_bounds import from_claim
 from dpaudit.dpsgd.api import run_dpsgd_from_section
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.setup import _setup
@@ -28,7 +29,6 @@ from dpaudit.trainers import (
     output_perturbation_models,
     regularised_logistic_optimum,
 )
-from dpaudit.upper_bounds import from_claim
 
 HERE = Path(__file__).parent
 

@@ -22,6 +22,7 @@ import pytest
 import torch
 from scipy import stats
 
+from dpaudit.accounting.upper_bounds import from_records
 from dpaudit.dpsgd.api import run_dpsgd_from_section
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.setup import _setup
@@ -40,7 +41,6 @@ from dpaudit.training import (
     TrainingSpec,
     train_many,
 )
-from dpaudit.upper_bounds import from_records
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,7 +10,7 @@ gradient canary, the Neyman–Pearson test of the Poisson mixture (``score =
 out) and H1 (canary in), so the ε and μ lower bounds of :mod:`dpaudit.bounds` are
 ``rigorous-multi-run``. They are held against the upper bounds read from what the trainer
 says it RAN (its DPSGDRecords through the accountant, or its Claim) by
-:mod:`dpaudit.upper_bounds`.
+:mod:`dpaudit.accounting.upper_bounds`.
 
 One run: m Dirac canaries on m distinct coordinates that no real example's gradient
 touches, each included by an independent fair coin in ONE DP-SGD run; the auditor guesses

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from dpaudit.accounting.upper_bounds import from_records
 from dpaudit.bounds.fdp_one_run import one_run_bounds, stronger
 from dpaudit.bounds.one_run_gauss import one_run_gaussian_mu_lower_bound
 from dpaudit.dpsgd.canaries import with_zero_feature
@@ -46,7 +47,6 @@ from dpaudit.records import DPSGDRecord
 from dpaudit.results import Comparison
 from dpaudit.trainers import canary_observer
 from dpaudit.training import CoordinateCanaries, train_many
-from dpaudit.upper_bounds import from_records
 
 __all__ = ["ONE_RUN_UNIT", "one_run_comparisons", "one_run_unit"]
 

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from dpaudit.accounting.upper_bounds import UpperBound
 from dpaudit.bounds import EpsilonBound, MuBound
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.errors import ConfigError, DpauditError
@@ -74,7 +75,6 @@ from dpaudit.sequential_curve import (
     dpsgd_curve_bound,
     dpsgd_curve_rule,
 )
-from dpaudit.upper_bounds import UpperBound
 
 __all__ = [
     "COMPARISONS",

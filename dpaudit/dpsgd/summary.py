@@ -4,12 +4,12 @@ The scores of the two arms of the many-run units are independent trials of H0 (c
 out) and H1 (canary in), so their ε and μ lower bounds (:mod:`dpaudit.bounds`) are
 ``rigorous-multi-run``. They are held against the upper bounds read from what the trainer
 says it RAN (its DPSGDRecords through the accountant, or its Claim, or both:
-:mod:`dpaudit.upper_bounds`). The one run is held against its own accountant ε
+:mod:`dpaudit.accounting.upper_bounds`). The one run is held against its own accountant ε
 (:mod:`dpaudit.dpsgd.one_run`), and the grey-box tests of the run's internals
 (:mod:`dpaudit.bounds.greybox`) become gate checks.
 
 When the trainer states a claim beside its records of what ran, the claim is held
-against the tight accountant of those records (:func:`dpaudit.upper_bounds.check_claim`):
+against the tight accountant of those records (:func:`dpaudit.accounting.upper_bounds.check_claim`):
 a claim below what ran allows is a failed check from the records alone, which cannot
 fail by chance and takes no share of the budget. With it, even one model per arm decides
 something: too few models for any canary bound leave the bounds out, not the audit.
@@ -31,6 +31,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from dpaudit.accounting.upper_bounds import Claim, UpperBound, check_claim, from_claim, from_records
 from dpaudit.bounds import (
     EpsilonBound,
     MuBound,
@@ -57,7 +58,6 @@ from dpaudit.results import (
     score_summary,
     theory_curves,
 )
-from dpaudit.upper_bounds import Claim, UpperBound, check_claim, from_claim, from_records
 
 __all__ = [
     "StoredUnits",
@@ -339,7 +339,7 @@ def _claim_check(
     the units carry no claim beside their records, or the claim states nothing finite).
 
     Its value is what ran has at least, its limit what the claim states: it fails when
-    the value is above the limit (:func:`dpaudit.upper_bounds.check_claim`). ``label``
+    the value is above the limit (:func:`dpaudit.accounting.upper_bounds.check_claim`). ``label``
     names the released model when a run releases several (its words lead the message).
     """
     if not stored.claim_and_records:

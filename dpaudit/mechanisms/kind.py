@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+from dpaudit.accounting.upper_bounds import UpperBound
 from dpaudit.bounds import require_design
 from dpaudit.errors import ConfigError, DpauditError
 from dpaudit.kinds.base import AuditKind, KindSummary, Outputs, RunContext, UnitPlan
@@ -27,7 +28,6 @@ from dpaudit.mechanisms.units import (
     upper_bound,
 )
 from dpaudit.plugins import plugin_digest
-from dpaudit.upper_bounds import UpperBound
 
 
 class MechanismKind(AuditKind[MechanismSection]):

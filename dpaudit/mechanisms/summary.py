@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from dpaudit.accounting.upper_bounds import Claim, UpperBound
 from dpaudit.bounds import (
     EpsilonBound,
     MuBound,
@@ -94,7 +95,6 @@ from dpaudit.results import (
 from dpaudit.theory import gdp_mu
 from dpaudit.theory.identification import IDENTIFIABLE_MECHANISMS, identify_mechanism
 from dpaudit.tradeoff import GridCounts, as_scores
-from dpaudit.upper_bounds import Claim, UpperBound
 
 #: Trials per arm up to which every score is held in memory and every distinct threshold
 #: is searched (the exact path, whose results the shipped audits' goldens fix). Its

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from dpaudit.accounting.upper_bounds import UpperBound, from_records
 from dpaudit.bounds.fdp_one_run import stronger
 from dpaudit.kinds.base import KindSummary, Outputs, RunContext
 from dpaudit.membership.sanity import accuracy_problem
@@ -58,7 +59,6 @@ from dpaudit.membership.summary import (
     summarise_attack,
 )
 from dpaudit.results import WITHHELD, Comparison, TestSummary, score_summary, theory_curves
-from dpaudit.upper_bounds import UpperBound, from_records
 
 __all__ = [
     "CLONE_NOTE",

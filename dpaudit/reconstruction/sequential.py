@@ -41,9 +41,9 @@ from dpaudit.sequential import SequentialRule, default_tuned_trials
 from dpaudit.sequential_game import GameOutcome, fixed_plan, game_bound, game_rounds
 
 if TYPE_CHECKING:
+    from dpaudit.accounting.upper_bounds import UpperBound
     from dpaudit.reconstruction.schema import GameTable, ReconstructionSection
     from dpaudit.results import Comparison, TestSummary
-    from dpaudit.upper_bounds import UpperBound
 
 #: Unit names of the game's rounds (the fixed design's chunks have the same names).
 ROUND_PREFIX = "reconstruction-game-"

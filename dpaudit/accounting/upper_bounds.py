@@ -41,7 +41,7 @@ class Claim:
 
     A ρ-zCDP claim (``rho``, alone) is held as (ρ + 2√(ρ ln(1/δ)), δ)-DP at the audit's δ
     (Bun, Steinke 2016, Prop. 1.3) and implies no μ-GDP bound
-    (:func:`dpaudit.upper_bounds.from_claim`).
+    (:func:`dpaudit.accounting.upper_bounds.from_claim`).
     """
 
     epsilon: float | None = None
