@@ -51,7 +51,7 @@ from sequential import CLIP, STEPS, Q, SimulatedRounds, context, load, whitebox_
 
 from dpaudit.bounds.claim_curve import claim_curve_test, dpsgd_claim  # noqa: E402
 from dpaudit.errors import InsufficientTrialsError  # noqa: E402
-from dpaudit.sequential_curve import CurveRule, SequentialCurveTest  # noqa: E402
+from dpaudit.sequential.curve import CurveRule, SequentialCurveTest  # noqa: E402
 
 C = 0.95
 #: The verdict's per-bound level with ε, μ and the claim curve in it (three shares).

@@ -1119,8 +1119,8 @@ def _plan_sequential_curve(
 ) -> None:
     """``dpaudit plan --sequential --dpsgd-sigma``: models per arm the sequential
     claim-curve test of white-box DP-SGD needs to refute a run at --run-sigma, simulated
-    from the exact law (:func:`dpaudit.sequential_curve.plan_sequential_curve`)."""
-    from dpaudit.sequential_curve import plan_sequential_curve
+    from the exact law (:func:`dpaudit.sequential.curve.plan_sequential_curve`)."""
+    from dpaudit.sequential.curve import plan_sequential_curve
 
     if run is None:
         raise fail(

@@ -31,9 +31,9 @@ from dpaudit.dpsgd.canaries import (
 )
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec, erm_mechanism
 from dpaudit.errors import ConfigError, DpauditError, check_integer
-from dpaudit.ideal import ideal_lower_bound
 from dpaudit.kinds.base import stream_seed
 from dpaudit.models import ModelSpec, layer_shapes
+from dpaudit.planning.ideal import ideal_lower_bound
 from dpaudit.recipes import sampling_plan, training_spec
 from dpaudit.theory import erm
 from dpaudit.training import TrainingSpec
@@ -288,7 +288,7 @@ def worst_case_details(
     The ideal bound simulates the exact log-likelihood ratio of the pair (10⁶ draws per
     hypothesis of the mechanism's own noise, :func:`dpaudit.theory.erm.gamma_ball_pair_llr`)
     and counts it at the audit's trials (half of them with the ``split`` threshold) and
-    per-bound confidence level (:func:`dpaudit.ideal.ideal_lower_bound`).
+    per-bound confidence level (:func:`dpaudit.planning.ideal.ideal_lower_bound`).
     """
     rng = np.random.default_rng([seed, _STREAM_DPSGD, 11])
     d, draws = worst.centre_out.size, 1_000_000

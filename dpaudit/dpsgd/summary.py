@@ -47,7 +47,7 @@ from dpaudit.dpsgd.schema import ENGINE_TRAINERS, DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.setup import _setup, worst_case_details
 from dpaudit.dpsgd.units import CHECKPOINTS_KEY, trainer_libraries
 from dpaudit.kinds.base import KindSummary, Outputs, RunContext
-from dpaudit.last_iterate import last_iterate_details
+from dpaudit.planning.last_iterate import last_iterate_details
 from dpaudit.records import DPSGDRecord
 from dpaudit.results import (
     Check,
