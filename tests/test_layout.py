@@ -1,0 +1,59 @@
+"""The package's layout: concern-named packages keep their public import paths.
+
+The statistics core moved into packages (``dpaudit.bounds``, ``theory``, ``accounting``,
+``planning``, ``sequential``) and the Opacus adapter into ``dpaudit.trainers.opacus``;
+these tests hold the public paths to what they were and the light paths to staying light.
+"""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+import dpaudit
+
+
+def test_the_documented_opacus_adapter_path_is_the_trainers_module() -> None:
+    old = importlib.import_module("dpaudit.opacus_adapter")
+    new = importlib.import_module("dpaudit.trainers.opacus")
+    assert old.__all__ == new.__all__
+    for name in new.__all__:
+        assert getattr(old, name) is getattr(new, name)
+
+
+def test_accounting_reexports_its_implementation_names() -> None:
+    accounting = importlib.import_module("dpaudit.accounting")
+    implementation = importlib.import_module("dpaudit.accounting._accountants")
+    assert accounting.__all__ == implementation.__all__
+    for name in accounting.__all__:
+        assert getattr(accounting, name) is getattr(implementation, name)
+    assert accounting._RDP_ORDERS is implementation._RDP_ORDERS  # private names too
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        _ = accounting.no_such_name
+
+
+@pytest.mark.parametrize("package", ["bounds", "theory", "accounting", "planning", "sequential"])
+def test_every_name_a_core_package_exports_resolves(package: str) -> None:
+    module = importlib.import_module(f"dpaudit.{package}")
+    names = getattr(module, "__all__", [n for n in vars(module) if not n.startswith("_")])
+    assert names
+    for name in names:
+        assert getattr(module, name) is not None
+
+
+def test_every_top_level_public_name_resolves() -> None:
+    for name in dpaudit.__all__:
+        assert getattr(dpaudit, name) is not None
+
+
+@pytest.mark.parametrize(
+    "statement",
+    ["import dpaudit.accounting.upper_bounds", "from dpaudit.accounting import upper_bounds"],
+)
+def test_the_accountants_light_modules_load_no_dp_accounting(statement: str) -> None:
+    code = f"{statement}\nimport sys\nprint('dp_accounting' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
