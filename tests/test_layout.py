@@ -57,3 +57,14 @@ def test_the_accountants_light_modules_load_no_dp_accounting(statement: str) -> 
     code = f"{statement}\nimport sys\nprint('dp_accounting' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_sampling_formula_lives_with_the_engine_and_loads_no_torch() -> None:
+    from dpaudit import recipes
+    from dpaudit.training import sampling
+
+    assert recipes.sampling_plan is sampling.sampling_plan
+    assert sampling.sampling_plan(1000, batch_size=100, epochs=3, full_batch=False) == (0.1, 30)
+    code = "import dpaudit.training.sampling, sys\nprint('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -83,12 +83,12 @@ from dpaudit.bounds.greybox import GreyBoxObservations
 from dpaudit.errors import ConfigError, DpauditError, check_choice
 from dpaudit.models import ModelSpec, ModelStack
 from dpaudit.plugins import load_plugin
-from dpaudit.recipes import sampling_plan
 from dpaudit.records import DPSGDRecord
 from dpaudit.safe_text import one_line
 from dpaudit.theory import erm
 from dpaudit.theory.whitebox import WHITE_BOX_SCORES, mixture_log_likelihood_ratio
 from dpaudit.training import GradientCanary, StepInfo, TrainingSpec, train_many
+from dpaudit.training.sampling import sampling_plan
 
 __all__ = [
     "TRAINERS",
@@ -353,7 +353,7 @@ class _Mixture:
 def _mixture(membership: np.ndarray, training: TrainingSpec, score: str) -> _Mixture | None:
     """The run's mixture parameters, or ``None`` when the score is the plain sum.
 
-    q and T come from :func:`dpaudit.recipes.sampling_plan`, the formula the engine runs;
+    q and T come from :func:`dpaudit.training.sampling.sampling_plan`, the formula the engine runs;
     the divisor is the engine's expected batch size q·n (n for full batch).
 
     Raises:
