@@ -8,8 +8,11 @@ these tests hold the public paths to what they were and the light paths to stayi
 from __future__ import annotations
 
 import importlib
+import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +71,31 @@ def test_the_sampling_formula_lives_with_the_engine_and_loads_no_torch() -> None
     code = "import dpaudit.training.sampling, sys\nprint('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_run_directory_of_the_previous_release_is_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # tests/previous_release/run/ was written by the release before the move (55bcc81):
+    # its units are stored under their key and checked against their digests. Every unit
+    # must be reused (nothing trained, nothing saved) and give the bounds it gave then.
+    from dpaudit.audit import run_audit
+    from dpaudit.store import RunStore
+
+    source = Path(__file__).parent / "previous_release"
+    expected = json.loads((source / "expected.json").read_text())
+    shutil.copytree(source / "run", tmp_path / "run")
+    saved: list[str] = []
+    monkeypatch.setattr(RunStore, "save", lambda self, unit, arrays: saved.append(unit))
+    lines: list[str] = []
+    result = run_audit(source / "laplace.toml", output_dir=tmp_path / "run", log=lines.append)
+    assert saved == []
+    assert any(line.startswith("mechanism: reused 2 of 2 units") for line in lines), lines
+    data = json.loads(result.to_json())
+    assert data["provenance"]["config_hash"] == expected["config_hash"]
+    assert data["verdict"] == expected["verdict"]
+    got = [
+        {"test": b["test"], "parameter": b["parameter"], "lower": b["lower"]["value"]}
+        for b in data["bounds"]
+    ]
+    assert got == expected["bounds"]
