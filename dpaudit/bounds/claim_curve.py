@@ -46,6 +46,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import special
 
+from dpaudit import accounting
 from dpaudit.bounds import (
     THRESHOLD_STRATEGIES,
     EpsilonBound,
@@ -208,11 +209,10 @@ def randomized_response_claim(p: float) -> ClaimCurve:
 def _dpsgd_profile(sigma: float, q: float, steps: int) -> NDArray[np.float64]:
     # One PLD per (σ, q, T): about a second each, so the σ′ search and repeated audits
     # reuse them. The accountant (dp-accounting, with scipy.stats and scipy.optimize) is
-    # imported only here, so mechanism audits that test other curves never load it.
-    from dpaudit.accounting import dpsgd_event, privacy_profile
-
-    event = dpsgd_event(noise_multiplier=sigma, sampling_rate=q, steps=steps)
-    deltas: NDArray[np.float64] = privacy_profile(event, PROFILE_EPSILONS)
+    # loaded only here (dpaudit.accounting loads it on first use), so mechanism audits that
+    # test other curves never load it.
+    event = accounting.dpsgd_event(noise_multiplier=sigma, sampling_rate=q, steps=steps)
+    deltas: NDArray[np.float64] = accounting.privacy_profile(event, PROFILE_EPSILONS)
     deltas.setflags(write=False)
     return deltas
 
@@ -669,9 +669,8 @@ def effective_noise_multiplier(
         # full batch: exactly √T/σ-GDP, whose ε at δ is closed-form (Cor. 2.13)
         eps = gdp_epsilon(math.sqrt(t) / s, d)
     else:
-        from dpaudit.accounting import dpsgd_event, epsilon
-
-        eps = epsilon(dpsgd_event(noise_multiplier=s, sampling_rate=q, steps=t), delta=d)
+        event = accounting.dpsgd_event(noise_multiplier=s, sampling_rate=q, steps=t)
+        eps = accounting.epsilon(event, delta=d)
     return EffectiveNoise(s, float(eps), d, q, t, confidence_level, assumption)
 
 
@@ -838,13 +837,13 @@ def claim_curve_epsilon(
     """
     claim = dpsgd_claim(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate, steps=steps)
     d = check_in_interval("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
-    from dpaudit.accounting import dpsgd_event, epsilon
-
-    event = dpsgd_event(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate, steps=steps)
+    event = accounting.dpsgd_event(
+        noise_multiplier=noise_multiplier, sampling_rate=sampling_rate, steps=steps
+    )
     accountant = (
         gdp_epsilon(math.sqrt(steps) / noise_multiplier, d)
         if sampling_rate == 1.0
-        else float(epsilon(event, delta=d))
+        else float(accounting.epsilon(event, delta=d))
     )
     test = claim_curve_test(
         negative_scores,

@@ -50,6 +50,7 @@ import numpy as np
 from scipy import optimize, special, stats
 
 from dpaudit.errors import DpauditError, check_in_interval, check_integer
+from dpaudit.planning.ideal import ideal_lower_bound
 from dpaudit.theory import gdp_mu
 
 __all__ = [
@@ -272,8 +273,6 @@ def last_iterate_ideal(
     Returns:
         :class:`dpaudit.planning.ideal.IdealBound`.
     """
-    from dpaudit.planning.ideal import ideal_lower_bound
-
     rng = np.random.default_rng([int(seed), 29])
     neg, pos = (
         last_iterate_sample(
