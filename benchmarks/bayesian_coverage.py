@@ -17,8 +17,8 @@ import time
 import numpy as np
 from scipy.stats import norm
 
-from dpaudit.bayesian import bayesian_estimate, measure_coverage
 from dpaudit.bounds import epsilon_from_counts, mu_from_counts
+from dpaudit.bounds.bayesian import bayesian_estimate, measure_coverage
 
 DELTA = 1e-5
 

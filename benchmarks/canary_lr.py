@@ -52,16 +52,16 @@ import time
 import numpy as np
 import torch
 
+from dpaudit.accounting.upper_bounds import from_records
 from dpaudit.dpsgd.api import run_dpsgd_from_section
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.setup import _setup
 from dpaudit.dpsgd.setup import purpose_seed as _stream_seed
 from dpaudit.dpsgd.summary import _many_run_bounds
 from dpaudit.kinds.base import VerdictBudget
+from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
 from dpaudit.trainers import canary_observer
 from dpaudit.training import GradientCanary, train_many
-from dpaudit.upper_bounds import from_records
-from dpaudit.whitebox import mixture_log_likelihood_ratio
 
 DELTA = 1e-5
 CONFIDENCE = 0.95

@@ -2,7 +2,7 @@
 
 White-box Poisson DP-SGD with a Dirac gradient canary (q = 0.25, T = 8, C = 1), claimed
 σ = 1, run with σ_run = 0.7 (``--ratio``). Scores are drawn from the exact law of the
-white-box observation (:mod:`dpaudit.whitebox`: per step x_t ~ N(b_t, σ_run²), b_t ~
+white-box observation (:mod:`dpaudit.theory.whitebox`: per step x_t ~ N(b_t, σ_run²), b_t ~
 Bernoulli(q) with the canary in, 0 without) and scored by the mixture likelihood ratio at
 the CLAIMED σ, as the ``dpsgd`` kind scores white-box runs.
 
@@ -46,14 +46,14 @@ from dpaudit.bounds import (  # noqa: E402
     mu_from_rates,
     mu_lower_bound,
 )
-from dpaudit.claim_curve import (  # noqa: E402
+from dpaudit.bounds.claim_curve import (  # noqa: E402
     claim_curve_test,
     dpsgd_claim,
     effective_noise_multiplier,
 )
 from dpaudit.errors import InsufficientTrialsError  # noqa: E402
 from dpaudit.stats import clopper_pearson_upper  # noqa: E402
-from dpaudit.whitebox import mixture_log_likelihood_ratio  # noqa: E402
+from dpaudit.theory.whitebox import mixture_log_likelihood_ratio  # noqa: E402
 
 Q, T, SIGMA, DELTA = 0.25, 8, 1.0, 1e-5
 

@@ -5,7 +5,7 @@ mechanisms, each held against the exact curve its claim declares (Laplace ε = 1
 Laplace curve; Gaussian claimed ρ = ½ zCDP and (ε, δ) = (1, 1e-5): G_μ at √(2ρ) resp.
 μ(ε, δ); RR p = ¾: its curve, which is f_{ε,0}). Scores are drawn from the exact law of
 the built-in (output = f(D) + noise; RR: the reported bit) and go through the test the
-kind runs (:func:`dpaudit.claim_curve.claim_curve_test` with the family's threshold rule,
+kind runs (:func:`dpaudit.bounds.claim_curve.claim_curve_test` with the family's threshold rule,
 threshold ``split``, seed = audit index), at c = 0.95. False violations are held against
 ``binom.ppf(0.999, audits, 1 − c)``. Two power controls: the same test on the mechanism
 at 0.7× its noise (RR: at ε/0.7), and a broken procedure on the correct mechanism, the
@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from dpaudit.bounds import epsilon_and_mu_lower_bounds  # noqa: E402
-from dpaudit.claim_curve import (  # noqa: E402
+from dpaudit.bounds.claim_curve import (  # noqa: E402
     ClaimCurve,
     Criterion,
     claim_curve_test,

@@ -1,4 +1,4 @@
-"""The composition comparison (dpaudit.composition) for the DP-SGD settings of the
+"""The composition comparison (dpaudit.accounting.composition) for the DP-SGD settings of the
 shipped audits: one markdown table, ε at the audit's δ by every composition method.
 
 (σ, q, T) of an audit whose ``[dpsgd.training.dp]`` table sets the noise comes from the
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dpaudit.composition import compare, format_markdown
+from dpaudit.accounting.composition import compare, format_markdown
 from dpaudit.config import load_config
 from dpaudit.errors import DpauditError
 from dpaudit.recipes import noise_multiplier, sampling_plan

@@ -18,7 +18,7 @@ import time
 import numpy as np
 from scipy import stats
 
-from dpaudit.greybox import GreyBoxObservations, batch_size_test, noise_test
+from dpaudit.bounds.greybox import GreyBoxObservations, batch_size_test, noise_test
 
 
 def obs(b, n, q, noise=None, sigma=1.0, clip=1.0):
@@ -159,7 +159,7 @@ elif part == "overhead":
                 )
                 if gb is not None:
                     o = gb.observations(recs)
-                    from dpaudit.greybox import greybox_tests
+                    from dpaudit.bounds.greybox import greybox_tests
 
                     greybox_tests(o)
                 res[with_gb].append((time.process_time() - c0, time.perf_counter() - w0))

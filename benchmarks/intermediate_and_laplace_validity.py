@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from scipy import stats
 
+from dpaudit.accounting.upper_bounds import from_claim, from_records
 from dpaudit.dpsgd.canaries import dirac_direction
 from dpaudit.dpsgd.schema import DpsgdSection
 from dpaudit.dpsgd.summary import _many_run_bounds, _tighter
@@ -42,7 +43,6 @@ from dpaudit.trainers import (
     multiparty_gradient_trainer,
 )
 from dpaudit.training import TrainingSpec
-from dpaudit.upper_bounds import from_claim, from_records
 
 REPEATS, C = 400, 0.95
 

@@ -13,7 +13,8 @@ For each run: μ_LB (rigorous), the accountant's μ (PLD, every update seen), th
 last-iterate reference (Steinke et al. 2025: ε at δ of Binomial(T, q) + N(0, Tσ²) against
 N(0, Tσ²), and the GDP μ of that ε), the μ a perfect final-model distinguisher of that pair
 certifies with the audit's counted trials (half per arm with ``split``) at the audit's
-per-bound level (10⁶ simulated draws per arm, :func:`dpaudit.last_iterate.last_iterate_ideal`),
+per-bound level (10⁶ simulated draws per arm,
+:func:`dpaudit.planning.last_iterate.last_iterate_ideal`),
 the ratios, CPU seconds (``time.process_time``, one torch thread), wall seconds and load.
 
 Run: .venv/bin/python benchmarks/last_iterate.py [--trials 1000] [--seeds 5]

@@ -41,7 +41,8 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from dpaudit import bounds, threshold_search  # noqa: E402
+from dpaudit import bounds  # noqa: E402
+from dpaudit.bounds import threshold_search  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

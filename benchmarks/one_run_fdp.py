@@ -75,7 +75,7 @@ def _section(setting: dict, canaries: int):
 
 def _ideal_scores(m: int, *, q: float, steps: int, sigma: float, seed: int):
     """Scores of m canaries from the exact law of the white-box transcript (C = 1)."""
-    from dpaudit.whitebox import mixture_log_likelihood_ratio
+    from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
 
     rng = np.random.default_rng([seed, 0x1DEA1])
     coins = rng.random(m) < 0.5
@@ -108,7 +108,7 @@ def _uncorrected(scores: np.ndarray, coins: np.ndarray, section, *, level: float
     """NOT a valid bound: the best rung's μ at the whole share, no union bound over the
     rungs and no split with ε. Shows what the two corrections cost."""
     from dpaudit.bounds import one_run_guesses
-    from dpaudit.fdp_one_run import guess_ladder, one_run_mu_lower_bound
+    from dpaudit.bounds.fdp_one_run import guess_ladder, one_run_mu_lower_bound
 
     best = 0.0
     for r in guess_ladder(scores.size, include=(section.one_run.guesses,)):

@@ -4,7 +4,7 @@
 (m Dirac canaries, fair coins, white-box likelihood-ratio scores:
 ``dpaudit.dpsgd.one_run.one_run_unit``) summarised as the ``dpsgd`` kind does
 (``one_run_comparisons`` at ``--level``): the rigorous f-DP ladder μ, and the Gaussian-pair
-μ (``dpaudit.one_run_gauss``, validity ``asymptotic-one-run``, never in the verdict).
+μ (``dpaudit.bounds.one_run_gauss``, validity ``asymptotic-one-run``, never in the verdict).
 Beside them, both on scores drawn from the mechanism's exact law with no interference
 between canaries (per step x_t ~ N(b_t·C, σ²C²), b_t ~ Bernoulli(q) for an included canary,
 0 otherwise; the same mixture likelihood ratio): the "ideal" one-run inputs. The settings,
@@ -161,7 +161,7 @@ def _kappa(q: float, sigma: float, steps: int) -> float:
 
 
 def _poisson_scores(rng, repeats: int, m: int, *, q: float, steps: int, sigma: float):
-    from dpaudit.whitebox import mixture_log_likelihood_ratio
+    from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
 
     coins = rng.random((repeats, m)) < 0.5
     sampled = (rng.random((repeats, m, steps)) < q) & coins[..., None]
@@ -176,7 +176,7 @@ def run_coverage(repeats: int, level: float) -> None:
     from scipy import stats
 
     from dpaudit.accounting import dpsgd_mu_bracket
-    from dpaudit.one_run_gauss import one_run_gaussian_mu_lower_bound
+    from dpaudit.bounds.one_run_gauss import one_run_gaussian_mu_lower_bound
 
     print(f"coverage at c = {level}, {repeats} one-run audits per row")
     print(

@@ -5,7 +5,7 @@ breast_cancer with dpaudit's all-zero feature, Poisson q = 1/4, T = 8, σ = 1, C
 ``--trials`` models per arm (odd models hold the Dirac canary), run by the adapter in
 chunks; each model's per-step privatised sums on the canary's coordinate are scored two
 ways from the SAME runs: the likelihood-ratio score (Σ_t of
-dpaudit.whitebox.mixture_log_likelihood_ratio, what ``[dpsgd] score`` defaults to) and
+dpaudit.theory.whitebox.mixture_log_likelihood_ratio, what ``[dpsgd] score`` defaults to) and
 the plain sum. Bounds: rigorous ε (δ = 1e-5) and μ lower bounds, split threshold, each at
 level 1 − 0.05/2 (the ε and μ comparisons of one verdict), against dpaudit's accountant
 for the records read from Opacus (PLD ε, μ bracket high end) and Opacus' own PRV ε.
@@ -142,9 +142,9 @@ def _engine_cost(models: int, seed: int) -> tuple[float, float]:
 def _validity(repeats: int, trials: int, seed: int) -> None:
     from scipy import stats
 
+    from dpaudit.accounting.upper_bounds import from_records
     from dpaudit.bounds import epsilon_lower_bound, mu_lower_bound
-    from dpaudit.upper_bounds import from_records
-    from dpaudit.whitebox import mixture_log_likelihood_ratio
+    from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
 
     x, included, records, _, cpu_model, _ = _adapter_runs(repeats * trials, seed)
     r = records[0]
@@ -205,9 +205,9 @@ def main() -> None:
         _validity(args.validity, args.validity_trials, args.seed)
         print(f"load average after: {os.getloadavg()}")
         return
+    from dpaudit.accounting.upper_bounds import from_records
     from dpaudit.bounds import epsilon_lower_bound, mu_lower_bound
-    from dpaudit.upper_bounds import from_records
-    from dpaudit.whitebox import mixture_log_likelihood_ratio
+    from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
 
     print(f"load average before: {os.getloadavg()}")
     x, included, records, opacus_eps, cpu_model, wall_model = _adapter_runs(args.trials, args.seed)

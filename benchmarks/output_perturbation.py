@@ -17,7 +17,7 @@ exact LR score, the bound code). Reported per mechanism, medians over seeds:
          largest value of its privacy loss (the norm noise attains it only when the
          noise points along θ*(D′) − θ*(D));
   (b)    the ideal bound: the exact LR of the pair simulated (10⁶ draws per arm) and
-         counted at the audit's trials and per-bound level (dpaudit.ideal);
+         counted at the audit's trials and per-bound level (dpaudit.planning.ideal);
   ε_LB/(b) (goal ≥ 0.8).
 
 CPU seconds by time.process_time (torch and BLAS at 1 thread), wall seconds, load average.

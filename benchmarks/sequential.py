@@ -17,7 +17,7 @@ repeat costs only the rounds it reads. Repeat i uses audit seed i.
 
 ``dpsgd``: white-box DP-SGD (Poisson q = 0.25, T = 8, C = 1) that RUNS σ/2 of the σ its
 records claim. Each round's canary scores are drawn from the exact law of the white-box
-transcript (:mod:`dpaudit.whitebox`: per step N(0, σ²C²) out, (1 − q)N(0, σ²C²) +
+transcript (:mod:`dpaudit.theory.whitebox`: per step N(0, σ²C²) out, (1 − q)N(0, σ²C²) +
 qN(C, σ²C²) in, scored by the Neyman–Pearson sum of per-step log-ratios at the σ that
 ran), with the records of the claimed σ; the decision is the audit's own
 (:func:`dpaudit.dpsgd.sequential.outcome`). ``audits/dpsgd-sequential-violation.toml``
@@ -326,7 +326,7 @@ def whitebox_round(seed: int, index: int, models: int, sigma_run: float, sigma_c
     """One round of 2·``models`` white-box canary scores (model g in iff g odd), drawn
     from the exact law of the transcript, with the records of the claimed σ."""
     from dpaudit.records import DPSGDRecord
-    from dpaudit.whitebox import mixture_log_likelihood_ratio
+    from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
 
     rng = np.random.default_rng([seed, index, 77])
     included = (np.arange(2 * models) % 2) == 1
@@ -368,10 +368,10 @@ class SimulatedRounds(Mapping[str, Mapping[str, np.ndarray]]):
 def dpsgd(
     seeds: int, sigma: float, round_trials: int = 50, cap: int = 5000, divisor: float = 2.0
 ) -> None:
+    from dpaudit.accounting.upper_bounds import from_records
     from dpaudit.dpsgd.schema import DpsgdSection
     from dpaudit.dpsgd.sequential import outcome as dpsgd_outcome
     from dpaudit.dpsgd.sequential import plan_rounds as dpsgd_plan
-    from dpaudit.upper_bounds import from_records
 
     sec = DpsgdSection(
         trainer="dpsgd",

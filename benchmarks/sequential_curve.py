@@ -11,7 +11,7 @@ log-ratios at σ_run) with the records of the claimed σ.
 ``detect``: the audit's own decision (:func:`dpaudit.dpsgd.sequential.outcome`: ε, μ and
 the claim curve, three shares of c = 0.95, each at 0.9833) on lazily drawn rounds of 50
 models per arm, cap 5,000; repeat i = audit seed i. Beside it, the fixed claim-curve design
-(:func:`dpaudit.claim_curve.claim_curve_test`, split, at the same per-bound level) on the
+(:func:`dpaudit.bounds.claim_curve.claim_curve_test`, split, at the same per-bound level) on the
 same law: the smallest n of a grid whose detection probability over the seeds reaches the
 sequential one (capped at 0.95).
 
@@ -49,9 +49,9 @@ import numpy as np  # noqa: E402
 from scipy import special, stats  # noqa: E402
 from sequential import CLIP, STEPS, Q, SimulatedRounds, context, load, whitebox_round  # noqa: E402
 
-from dpaudit.claim_curve import claim_curve_test, dpsgd_claim  # noqa: E402
+from dpaudit.bounds.claim_curve import claim_curve_test, dpsgd_claim  # noqa: E402
 from dpaudit.errors import InsufficientTrialsError  # noqa: E402
-from dpaudit.sequential_curve import CurveRule, SequentialCurveTest  # noqa: E402
+from dpaudit.sequential.curve import CurveRule, SequentialCurveTest  # noqa: E402
 
 C = 0.95
 #: The verdict's per-bound level with ε, μ and the claim curve in it (three shares).

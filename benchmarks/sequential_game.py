@@ -85,7 +85,7 @@ def run_case(game: dict, certify: float | None, seeds: int, round_trials: int, c
         plan = plan_rounds(section, context)
         rounds = LazyRounds(plan)
         # one pass over every round stops where the audit, asking after each stored round,
-        # stops: the decision is the first that is not "continue" (dpaudit.sequential_game)
+        # stops: the decision is the first that is not "continue" (dpaudit.sequential.game)
         result = outcome(section, context, rounds, level=0.95)
         used.append(result.trials)
         reasons.append(result.decision)

@@ -25,8 +25,8 @@ _EXPORTS: dict[str, str] = {
     "mu_from_counts": "dpaudit.bounds",
     "mu_lower_bound": "dpaudit.bounds",
     "one_run_epsilon_lower_bound": "dpaudit.bounds",
-    "one_run_fdp_test": "dpaudit.fdp_one_run",
-    "one_run_mu_lower_bound": "dpaudit.fdp_one_run",
+    "one_run_fdp_test": "dpaudit.bounds.fdp_one_run",
+    "one_run_mu_lower_bound": "dpaudit.bounds.fdp_one_run",
     "AuditConfig": "dpaudit.config",
     "load_config": "dpaudit.config",
     "Dataset": "dpaudit.data",
@@ -74,10 +74,10 @@ if TYPE_CHECKING:  # the names as static type checkers should see them
         mu_lower_bound,
         one_run_epsilon_lower_bound,
     )
+    from dpaudit.bounds.fdp_one_run import one_run_fdp_test, one_run_mu_lower_bound
     from dpaudit.config import AuditConfig, load_config
     from dpaudit.data import Dataset, load_dataset, split_dataset
     from dpaudit.errors import ConfigError, DataError, DpauditError, InsufficientTrialsError
-    from dpaudit.fdp_one_run import one_run_fdp_test, one_run_mu_lower_bound
     from dpaudit.membership import (
         AttributeAuditResult,
         MembershipAuditResult,

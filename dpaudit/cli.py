@@ -719,7 +719,7 @@ def account(
         )
         identification = None
         if identify:
-            from dpaudit.identification import identify_bracket
+            from dpaudit.theory.identification import identify_bracket
 
             identification = identify_bracket(bracket, source="this DP-SGD run")
     except DpauditError as exc:
@@ -794,8 +794,8 @@ def _account_equation(
     name: str, params: list[str], mix: float | None, figure: Path | None, *, as_json: bool
 ) -> None:
     """``dpaudit account --equation``: identify, measure, amplify and draw a guarantee
-    σ = g(ε, δ) (:mod:`dpaudit.equations`)."""
-    from dpaudit import equations
+    σ = g(ε, δ) (:mod:`dpaudit.theory.equations`)."""
+    from dpaudit.theory import equations
 
     values: dict[str, float] = {}
     for item in params:
@@ -854,9 +854,9 @@ def _json_finite(value: Any) -> Any:
 def _print_composition_comparison(
     noise_multiplier: float, sampling_rate: float, steps: int, delta: float, *, as_json: bool
 ) -> None:
-    """``dpaudit account --compare``: the composition table (dpaudit.composition)."""
+    """``dpaudit account --compare``: the composition table (dpaudit.accounting.composition)."""
 
-    from dpaudit.composition import compare, format_markdown
+    from dpaudit.accounting.composition import compare, format_markdown
 
     table = compare(
         noise_multiplier=noise_multiplier, sampling_rate=sampling_rate, steps=steps, delta=delta
@@ -1158,8 +1158,8 @@ def _plan_sequential_curve(
 ) -> None:
     """``dpaudit plan --sequential --dpsgd-sigma``: models per arm the sequential
     claim-curve test of white-box DP-SGD needs to refute a run at --run-sigma, simulated
-    from the exact law (:func:`dpaudit.sequential_curve.plan_sequential_curve`)."""
-    from dpaudit.sequential_curve import plan_sequential_curve
+    from the exact law (:func:`dpaudit.sequential.curve.plan_sequential_curve`)."""
+    from dpaudit.sequential.curve import plan_sequential_curve
 
     if run is None:
         raise fail(

@@ -144,7 +144,7 @@ class TrainingSection(Table):
 
     ``full_batch`` trains on every member at every step (DP-GD, q = 1, T = epochs);
     otherwise each step takes a Poisson sample at q = batch_size / members and an epoch
-    is ⌊members / batch_size⌋ steps (:func:`dpaudit.recipes.sampling_plan`).
+    is ⌊members / batch_size⌋ steps (:func:`dpaudit.training.sampling.sampling_plan`).
     """
 
     epochs: Annotated[int, Field(ge=1)] = 10

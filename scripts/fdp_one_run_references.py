@@ -1,4 +1,4 @@
-"""Reference values for dpaudit.fdp_one_run from jax_privacy's f-DP one-run auditor.
+"""Reference values for dpaudit.bounds.fdp_one_run from jax_privacy's f-DP one-run auditor.
 
 Kept for the record: tests/test_one_run_fdp.py holds the numbers this script printed as
 literals. jax_privacy is NOT a dependency of dpaudit; run this in a scratch virtual

@@ -21,7 +21,7 @@ import matplotlib as mpl
 import numpy as np
 from matplotlib.figure import Figure
 
-from dpaudit.equations import (
+from dpaudit.theory.equations import (
     PrivacyEquation,
     gdp_comparisons,
     icea_equation,

@@ -26,9 +26,9 @@ import pytest
 import torch
 
 from dpaudit import run_audit
+from dpaudit.bounds.greybox import GreyBoxObservations
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.units import dpsgd_unit
-from dpaudit.greybox import GreyBoxObservations
 from dpaudit.models import ModelSpec
 from dpaudit.records import DPSGDRecord
 from dpaudit.store import RunStore, StoredOutputs, read_back
@@ -160,7 +160,8 @@ def test_values_float32_cannot_hold_are_stored_as_they_are() -> None:
 def test_one_audit_saves_and_decodes_each_unit_once_reads_them_once_and_accounts_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dpaudit import accounting, store, upper_bounds
+    from dpaudit import accounting, store
+    from dpaudit.accounting import upper_bounds
     from dpaudit.dpsgd import summary
 
     calls = {"save": 0, "load": 0, "pld": 0, "read": 0, "greybox": 0}

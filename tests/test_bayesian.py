@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 from scipy.stats import norm
 
-from dpaudit.bayesian import (
+from dpaudit.bounds.bayesian import (
     BAYESIAN_VALIDITY,
     DEFAULT_PRIOR,
     bayesian_estimate,

@@ -257,7 +257,7 @@ def test_validity_check_has_power_against_an_uncorrected_maximum() -> None:
     # Control: the forbidden strategy (maximise per-threshold Clopper–Pearson bounds over all
     # thresholds on the same trials) must fail the same check, or the check proves nothing.
     from dpaudit.bounds import _rate_level
-    from dpaudit.threshold_search import full_scan
+    from dpaudit.bounds.threshold_search import full_scan
     from dpaudit.tradeoff import TradeoffCurve
 
     def uncorrected(neg, pos, **_):

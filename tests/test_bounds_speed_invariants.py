@@ -30,9 +30,7 @@ from dpaudit.bounds import (
     epsilon_lower_bound,
     mu_lower_bound,
 )
-from dpaudit.errors import InsufficientTrialsError
-from dpaudit.stats import clopper_pearson_upper, normal_quantile
-from dpaudit.threshold_search import (
+from dpaudit.bounds.threshold_search import (
     Best,
     LimitsCache,
     MonotoneLimits,
@@ -43,6 +41,8 @@ from dpaudit.threshold_search import (
     best_threshold,
     full_scan,
 )
+from dpaudit.errors import InsufficientTrialsError
+from dpaudit.stats import clopper_pearson_upper, normal_quantile
 from dpaudit.tradeoff import TradeoffCurve, delong_auc_variance, delong_auc_variance_from_curve
 
 Sampler = Callable[[np.random.Generator, int], tuple[np.ndarray, np.ndarray]]

@@ -350,7 +350,7 @@ def test_mu_bound_against_a_bracket_with_a_tail_uses_inflated_rates(tmp_path, mo
     # The μ bracket of Poisson DP-SGD holds for ε up to where δ = 1e-10 and leaves a tail
     # δ ≤ t beyond; the trade-off curve is then only ≥ G_high(α + t) − t. Force a large t
     # to see the correction: the μ lower bound must come from FPR_hi + t and FNR_hi + t.
-    from dpaudit import upper_bounds
+    from dpaudit.accounting import upper_bounds
     from dpaudit.bounds import mu_from_rates
 
     upper_bounds._poisson_mu_high.cache_clear()
@@ -403,8 +403,8 @@ def test_a_trainer_can_claim_rho_zcdp(tmp_path: Path) -> None:
 
 
 def test_a_rho_claim_is_alone_and_needs_a_positive_delta() -> None:
+    from dpaudit.accounting.upper_bounds import from_claim
     from dpaudit.mechanisms.noise import Claim
-    from dpaudit.upper_bounds import from_claim
 
     with pytest.raises(ValueError, match=r"a claim gives 'rho' \(zCDP\) alone"):
         from_claim(Claim(epsilon=1.0, rho=0.5), 1e-5)

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from scipy import stats
 
 from dpaudit import theory
+from dpaudit.accounting.upper_bounds import Claim, from_claim, from_records
 from dpaudit.audit import run_audit
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.summary import _many_run_bounds, _tighter, checkpoint_views
@@ -28,7 +29,6 @@ from dpaudit.dpsgd.units import dpsgd_unit
 from dpaudit.errors import ConfigError
 from dpaudit.kinds.base import VerdictBudget
 from dpaudit.records import DPSGDRecord
-from dpaudit.upper_bounds import Claim, from_claim, from_records
 
 DELTA = 1e-5
 

@@ -1,4 +1,4 @@
-"""Tests of dpaudit.claim_curve: curves from profiles, the claim-curve test, σ′."""
+"""Tests of dpaudit.bounds.claim_curve: curves from profiles, the claim-curve test, σ′."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from scipy import stats
 
 from dpaudit import theory
 from dpaudit.bounds import mu_from_rates
-from dpaudit.claim_curve import (
+from dpaudit.bounds.claim_curve import (
     SIGMA_STEPS_PER_DOUBLING,
     claim_curve_epsilon,
     claim_curve_test,
@@ -230,9 +230,9 @@ def test_claim_curve_epsilon_full_batch() -> None:
 def test_dpsgd_verdict_lists_the_claim_curve() -> None:
     # The kind announces the claim-curve comparison exactly when the units carry records
     # of what ran with a finite curve (σ > 0); it is held against the least private one.
+    from dpaudit.accounting.upper_bounds import UpperBound
     from dpaudit.dpsgd.summary import StoredUnits, _curve_record, in_verdict
     from dpaudit.records import DPSGDRecord
-    from dpaudit.upper_bounds import UpperBound
 
     records = [
         DPSGDRecord(noise_multiplier=s, sampling_rate=q, steps=t, clipping_norm=1.0)

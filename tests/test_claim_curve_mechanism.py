@@ -1,7 +1,7 @@
 """The mechanism kind held against the claim's exact trade-off curve.
 
 Which curve a claim declares (:func:`dpaudit.mechanisms.summary.declared_curve`), the core
-pieces it rests on (:mod:`dpaudit.claim_curve`: the Laplace curve's parameter, the
+pieces it rests on (:mod:`dpaudit.bounds.claim_curve`: the Laplace curve's parameter, the
 bisection, the streamed test), the kind's budget (announced = spent, every share at its
 level), what results.json and the report show, a planted bug that only the claim curve
 catches, and the test's validity with a power control.
@@ -19,7 +19,7 @@ from scipy import stats
 from typer.testing import CliRunner
 
 from dpaudit.bounds import epsilon_and_mu_lower_bounds
-from dpaudit.claim_curve import (
+from dpaudit.bounds.claim_curve import (
     claim_curve_parameter,
     claim_curve_test,
     claim_curve_test_from_grid,

@@ -1,4 +1,5 @@
-"""A stated claim held against the accountant of what ran (dpaudit.upper_bounds.check_claim).
+"""A stated claim held against the accountant of what ran
+(dpaudit.accounting.upper_bounds.check_claim).
 
 The check reads the records alone, so it decides from one model per arm and cannot fail
 by chance: a claim below what ran allows fails, through `dpaudit run` (exit 1, its own
@@ -14,9 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from dpaudit import accounting
+from dpaudit.accounting.upper_bounds import Claim, check_claim
 from dpaudit.records import DPSGDRecord
 from dpaudit.theory import full_batch_zcdp, gdp_epsilon, zcdp_to_dp
-from dpaudit.upper_bounds import Claim, check_claim
 
 # A user trainer that runs σ/5 of the noise it was asked for, says so in its records, and
 # claims the ε of the σ it was asked for (``honest = true``: the ε of what it ran).

@@ -225,7 +225,7 @@ def test_account_finds_poisson_dpsgd_not_exactly_gdp():
 def test_plan_sequential_claim_curve_is_the_core_planner() -> None:
     # `dpaudit plan --sequential --dpsgd-sigma` prints what the core planner computes for
     # the same design (seeded, so the two calls agree exactly).
-    from dpaudit.sequential_curve import plan_sequential_curve
+    from dpaudit.sequential.curve import plan_sequential_curve
 
     design = ["plan", "--sequential", "--target", "0", "--dpsgd-sigma", "1",
               "--sampling-rate", "0.25", "--steps", "8", "--round-trials", "50",

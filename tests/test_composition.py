@@ -1,4 +1,5 @@
-"""Composition theorems side by side (dpaudit.composition) and `dpaudit account --compare`.
+"""Composition theorems side by side (dpaudit.accounting.composition) and
+`dpaudit account --compare`.
 
 Closed forms for the (ε, δ) theorems and GDP, dp-accounting's own calls for RDP and PLD,
 and only those orderings that are theorems (the measured ones are in the results file).
@@ -15,8 +16,7 @@ from dp_accounting import pld, rdp
 from typer.testing import CliRunner
 
 from dpaudit import accounting
-from dpaudit.cli import app
-from dpaudit.composition import (
+from dpaudit.accounting.composition import (
     advanced_composition,
     clt_mu,
     compare,
@@ -27,6 +27,7 @@ from dpaudit.composition import (
     optimal_composition_epsilon,
     per_step_epsilon,
 )
+from dpaudit.cli import app
 from dpaudit.errors import DpauditError
 from dpaudit.theory import gdp_epsilon
 

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from dpaudit.equations import (
+from dpaudit.errors import ConfigError, DpauditError
+from dpaudit.theory import (
+    discrete_profile,
+    gdp_delta,
+    laplace_profile,
+    refined_profile,
+)
+from dpaudit.theory.equations import (
     PrivacyEquation,
     amplify_by_mixing,
     equation_from_name,
@@ -27,8 +34,6 @@ from dpaudit.equations import (
     refined_equation_profile,
     sgd_equation,
 )
-from dpaudit.errors import ConfigError, DpauditError
-from dpaudit.theory import discrete_profile, gdp_delta, laplace_profile, refined_profile
 
 EPS = np.linspace(0.0, 40.0, 4001)
 ROOT = Path(__file__).resolve().parents[1]

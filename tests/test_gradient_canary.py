@@ -16,7 +16,7 @@ from dpaudit.dpsgd.canaries import gradient_canary_scores
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.units import dpsgd_unit
 from dpaudit.errors import DataError, DpauditError
-from dpaudit.last_iterate import last_iterate_sample
+from dpaudit.planning.last_iterate import last_iterate_sample
 
 _TRAINING = {
     "epochs": 2,

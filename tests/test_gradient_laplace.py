@@ -20,6 +20,7 @@ import pytest
 from scipy import stats
 from typer.testing import CliRunner
 
+from dpaudit.accounting.upper_bounds import Claim, from_claim
 from dpaudit.cli import app
 from dpaudit.dpsgd.canaries import dirac_direction
 from dpaudit.dpsgd.schema import BUILTIN_TRAINERS, DpsgdSection
@@ -36,7 +37,6 @@ from dpaudit.training.gradient_laplace import (
     laplace_log_likelihood_ratio,
     train_gradient_laplace,
 )
-from dpaudit.upper_bounds import Claim, from_claim
 
 
 def _data(n: int = 40, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -1,4 +1,4 @@
-"""Grey-box checks of what a DP-SGD run did (dpaudit/greybox.py) and their gate checks.
+"""Grey-box checks of what a DP-SGD run did (dpaudit/bounds/greybox.py) and their gate checks.
 
 Each p-value is checked against a closed form or scipy on hand-made inputs; each check
 catches its planted bug; on correct (simulated) runs each check's false-rejection rate
@@ -18,8 +18,7 @@ import pytest
 from scipy import stats
 from typer.testing import CliRunner
 
-from dpaudit.errors import DpauditError
-from dpaudit.greybox import (
+from dpaudit.bounds.greybox import (
     GreyBoxObservations,
     batch_size_test,
     clipping_test,
@@ -28,6 +27,7 @@ from dpaudit.greybox import (
     noise_test,
     steps_test,
 )
+from dpaudit.errors import DpauditError
 
 PLUGINS = Path(__file__).parent / "plugins_greybox"
 REPEATS = 400

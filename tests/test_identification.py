@@ -11,13 +11,6 @@ import numpy as np
 import pytest
 
 from dpaudit.errors import DpauditError
-from dpaudit.identification import (
-    identify_bracket,
-    identify_grid,
-    identify_mechanism,
-    identify_profile,
-    mechanism_profile,
-)
 from dpaudit.mechanisms.noise import k_rr_probabilities, unary_encoding_probabilities
 from dpaudit.theory import (
     discrete_profile,
@@ -28,6 +21,13 @@ from dpaudit.theory import (
     laplace_profile,
     mu_from_pure_dp,
     pure_dp_profile,
+)
+from dpaudit.theory.identification import (
+    identify_bracket,
+    identify_grid,
+    identify_mechanism,
+    identify_profile,
+    mechanism_profile,
 )
 
 
@@ -191,7 +191,7 @@ def test_unknown_mechanism_and_missing_parameters() -> None:
 
 def test_identification_imports_neither_torch_nor_dp_accounting() -> None:
     code = (
-        "import sys, dpaudit.identification; "
+        "import sys, dpaudit.theory.identification; "
         "print('torch' in sys.modules, 'dp_accounting' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

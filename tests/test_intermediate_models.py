@@ -18,6 +18,7 @@ import pytest
 from scipy import stats
 
 from dpaudit import theory
+from dpaudit.accounting.upper_bounds import from_claim, from_records
 from dpaudit.audit import run_audit
 from dpaudit.dpsgd.canaries import dirac_direction
 from dpaudit.dpsgd.schema import DpsgdSection
@@ -32,7 +33,6 @@ from dpaudit.trainers import (
     multiparty_gradient_trainer,
 )
 from dpaudit.training import TrainingSpec
-from dpaudit.upper_bounds import from_claim, from_records
 
 AUDITS = Path(__file__).resolve().parents[1] / "audits"
 

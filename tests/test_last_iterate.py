@@ -11,7 +11,7 @@ import pytest
 from scipy import integrate, stats
 
 from dpaudit.errors import DpauditError
-from dpaudit.last_iterate import (
+from dpaudit.planning.last_iterate import (
     last_iterate_delta,
     last_iterate_details,
     last_iterate_epsilon,

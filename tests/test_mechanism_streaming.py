@@ -1,6 +1,6 @@
 """Mechanism audits in bounded memory: the streamed path of :mod:`dpaudit.mechanisms.summary`
 and the count-to-bound code it rests on (:class:`dpaudit.tradeoff.GridCounts`,
-:class:`dpaudit.threshold_search.ScoreSketch`, the grid bounds of :mod:`dpaudit.bounds`).
+:class:`dpaudit.bounds.threshold_search.ScoreSketch`, the grid bounds of :mod:`dpaudit.bounds`).
 
 Above ``EXACT_TRIALS_LIMIT`` trials per arm the summary reads one unit at a time. The
 tests lower that limit (monkeypatched) so that streamed audits run at small sizes.
@@ -28,6 +28,7 @@ from dpaudit.bounds import (
     mu_from_counts,
     mu_from_rates,
 )
+from dpaudit.bounds.threshold_search import ScoreSketch, full_scan
 from dpaudit.errors import ConfigError, DpauditError
 from dpaudit.kinds.base import RunContext
 from dpaudit.mechanisms import summary as mechanism_summary_module
@@ -39,7 +40,6 @@ from dpaudit.mechanisms.summary import (
     unit_design,
 )
 from dpaudit.mechanisms.units import MechanismSpec, build_mechanism, mechanism_unit, upper_bound
-from dpaudit.threshold_search import ScoreSketch, full_scan
 from dpaudit.tradeoff import (
     GridCounts,
     TradeoffCurve,

@@ -10,8 +10,8 @@ from scipy import stats
 
 from dpaudit.bounds import epsilon_lower_bound
 from dpaudit.errors import DpauditError
-from dpaudit.ideal import ideal_for_mechanism, ideal_lower_bound
 from dpaudit.mechanisms.noise import k_randomized_response, k_rr_probabilities, vector_laplace
+from dpaudit.planning.ideal import ideal_for_mechanism, ideal_lower_bound
 
 
 def _exact_k_rr_sample(k: int, epsilon: float, n: int = 1_000_000):

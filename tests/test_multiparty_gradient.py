@@ -22,6 +22,7 @@ import torch
 from scipy import stats
 
 from dpaudit import theory
+from dpaudit.accounting.upper_bounds import from_records
 from dpaudit.dpsgd.canaries import dirac_direction
 from dpaudit.dpsgd.schema import DpsgdSection
 from dpaudit.dpsgd.summary import _many_run_bounds
@@ -35,7 +36,6 @@ from dpaudit.trainers import (
     multiparty_gradient_trainer,
 )
 from dpaudit.training import TrainingSpec
-from dpaudit.upper_bounds import from_records
 
 LOGISTIC = ModelSpec(kind="logistic")
 

@@ -1,4 +1,4 @@
-"""Tests of dpaudit.fdp_one_run: the f-DP analysis of a one-run audit.
+"""Tests of dpaudit.bounds.fdp_one_run: the f-DP analysis of a one-run audit.
 
 References:
     Mahloujifar, Melis, Chaudhuri (2025), "Auditing f-Differential Privacy in One Run",
@@ -20,7 +20,7 @@ from scipy import stats as sps
 
 from dpaudit import DpauditError
 from dpaudit.bounds import one_run_epsilon_lower_bound, one_run_guesses
-from dpaudit.fdp_one_run import (
+from dpaudit.bounds.fdp_one_run import (
     gdp_power_inverse,
     one_run_fdp_test,
     one_run_mu_lower_bound,

@@ -1,4 +1,4 @@
-"""The Gaussian-pair reading of a one-run audit (dpaudit.one_run_gauss): its fit against
+"""The Gaussian-pair reading of a one-run audit (dpaudit.bounds.one_run_gauss): its fit against
 scipy, its exactness under the model, its validity over repeated one-run audits, the
 controls that must fail, why it is not rigorous, and its place outside the verdict.
 
@@ -20,21 +20,21 @@ import pytest
 from scipy import integrate
 from scipy import stats as sps
 
+from dpaudit.bounds.one_run_gauss import (
+    VALIDITY,
+    gaussian_pair_fit,
+    one_run_gaussian_mu_lower_bound,
+    separation_lower_limit,
+)
 from dpaudit.dpsgd.kind import KIND
 from dpaudit.dpsgd.one_run import ONE_RUN_UNIT
 from dpaudit.dpsgd.schema import DpsgdSection
 from dpaudit.errors import DpauditError
 from dpaudit.gate import evaluate_gate
 from dpaudit.kinds.base import RunContext, check_spending
-from dpaudit.one_run_gauss import (
-    VALIDITY,
-    gaussian_pair_fit,
-    one_run_gaussian_mu_lower_bound,
-    separation_lower_limit,
-)
 from dpaudit.records import DPSGDRecord
 from dpaudit.sections import GateSection
-from dpaudit.whitebox import mixture_log_likelihood_ratio
+from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
 
 M, MU0, R = 200, 1.0, 400
 

@@ -25,11 +25,7 @@ from dpaudit.bounds import (
     one_run_guesses,
     one_run_p_value,
 )
-from dpaudit.dpsgd.kind import KIND
-from dpaudit.dpsgd.one_run import ONE_RUN_UNIT
-from dpaudit.dpsgd.schema import DpsgdSection
-from dpaudit.errors import DpauditError
-from dpaudit.fdp_one_run import (
+from dpaudit.bounds.fdp_one_run import (
     _rejects,
     gdp_power_inverse,
     gdp_tail_power_inverse,
@@ -41,6 +37,10 @@ from dpaudit.fdp_one_run import (
     power_inverse,
     stronger,
 )
+from dpaudit.dpsgd.kind import KIND
+from dpaudit.dpsgd.one_run import ONE_RUN_UNIT
+from dpaudit.dpsgd.schema import DpsgdSection
+from dpaudit.errors import DpauditError
 from dpaudit.kinds.base import RunContext, check_spending
 from dpaudit.planning import limit_for_bound
 from dpaudit.records import DPSGDRecord

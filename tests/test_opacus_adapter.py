@@ -1,4 +1,4 @@
-"""dpaudit.opacus_adapter: an ordinary Opacus loop audited through one decorator.
+"""dpaudit.trainers.opacus: an ordinary Opacus loop audited through one decorator.
 
 The planted bugs of ``tests/plugins_opacus/loops.py`` are audited with ``dpaudit run``
 and must exit 1, each caught by the grey-box check that sees it; the correct loop must
@@ -25,8 +25,8 @@ pytest.importorskip("opacus")
 from dpaudit.cli import app
 from dpaudit.errors import ConfigError
 from dpaudit.models import ModelSpec
-from dpaudit.opacus_adapter import CANARY_NORM_FACTOR, opacus_trainer
 from dpaudit.trainers import CanarySetup, TrainerSettings
+from dpaudit.trainers.opacus import CANARY_NORM_FACTOR, opacus_trainer
 from dpaudit.training import TrainingSpec
 
 pytestmark = [
@@ -184,7 +184,7 @@ def test_a_model_with_another_layout_is_an_error() -> None:
 
 
 def test_warnings_are_shown_once_not_once_per_model() -> None:
-    import dpaudit.opacus_adapter as adapter
+    import dpaudit.trainers.opacus as adapter
 
     adapter._SEEN_WARNINGS.clear()
     X, y = _data()
@@ -284,7 +284,7 @@ def test_a_black_box_canary_is_a_row_of_the_models_that_hold_it() -> None:
 
 
 def _bound(epsilon: float, delta: float, mu: float | None, source: str):
-    from dpaudit.upper_bounds import UpperBound
+    from dpaudit.accounting.upper_bounds import UpperBound
 
     return UpperBound(epsilon, delta, mu, source, {source: epsilon}, 0.0 if mu is None else 1e-9)
 
@@ -318,8 +318,8 @@ def test_a_claimed_epsilon_without_its_delta_is_an_error() -> None:
 
 
 def test_without_opacus_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    import dpaudit.opacus_adapter as adapter
-    from dpaudit.opacus_adapter import opacus_version
+    import dpaudit.trainers.opacus as adapter
+    from dpaudit.trainers.opacus import opacus_version
 
     assert opacus_version() == __import__("opacus").__version__
     monkeypatch.setattr(adapter, "opacus", None)  # as the module is without the extra

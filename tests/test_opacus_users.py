@@ -34,13 +34,13 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 import dpaudit.cli as cli
-import dpaudit.opacus_adapter as adapter
+import dpaudit.trainers.opacus as adapter
 from dpaudit.accounting import dpsgd_epsilon, dpsgd_mu_bracket
 from dpaudit.cli import PlainProgress, app
 from dpaudit.errors import ConfigError
 from dpaudit.models import ModelSpec
-from dpaudit.opacus_adapter import MODEL_PROGRESS, opacus_trainer
 from dpaudit.trainers import CanarySetup, CapturedOutput, TrainerSettings
+from dpaudit.trainers.opacus import MODEL_PROGRESS, opacus_trainer
 from dpaudit.training import TrainingSpec
 
 pytestmark = [
@@ -650,7 +650,7 @@ def test_validate_runs_the_preflight_and_exits_2_before_any_training(tmp_path: P
     (package / "__init__.py").write_text("")
     (package / "loop.py").write_text(
         "from torch import nn\n"
-        "from dpaudit.opacus_adapter import opacus_trainer\n\n\n"
+        "from dpaudit.trainers.opacus import opacus_trainer\n\n\n"
         "@opacus_trainer\n"
         "def main(dataset):\n"
         "    return nn.Linear(4, 2)  # forgot make_private\n",

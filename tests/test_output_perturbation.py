@@ -2,7 +2,7 @@
 
 The ``dpsgd`` kind's ``canary = "worst-case"``: the replace-one pair of unit records that
 moves the exact minimiser most, scored by the exact log-likelihood ratio of the released
-model under the mechanism's own noise density (:mod:`dpaudit.erm`).
+model under the mechanism's own noise density (:mod:`dpaudit.theory.erm`).
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from dpaudit import erm, theory
+from dpaudit import theory
+from dpaudit.accounting.upper_bounds import from_claim
 from dpaudit.dpsgd.api import run_dpsgd_from_section
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.setup import _setup
 from dpaudit.dpsgd.summary import _many_run_bounds
 from dpaudit.mechanisms.noise import Claim
+from dpaudit.theory import erm
 from dpaudit.trainers import (
     TrainerOutput,
     _gamma_ball_noise,
@@ -27,7 +29,6 @@ from dpaudit.trainers import (
     output_perturbation_models,
     regularised_logistic_optimum,
 )
-from dpaudit.upper_bounds import from_claim
 
 HERE = Path(__file__).parent
 

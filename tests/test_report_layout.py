@@ -336,7 +336,7 @@ def test_reconstruction_leads_with_recovered_vs_defended() -> None:
 
 
 def test_a_claim_curve_bound_reads_as_an_effective_noise_multiplier() -> None:
-    # A claim-curve bound carries σ′ and its ε in its details (dpaudit.claim_curve); the
+    # A claim-curve bound carries σ′ and its ε in its details (dpaudit.bounds.claim_curve); the
     # bounds table says what they mean, with the one assumption in the title.
     curve = bound("dirac canary (claim curve)", 3.21, upper=2.5)
     curve["lower"]["details"] = {

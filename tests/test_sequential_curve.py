@@ -1,4 +1,4 @@
-"""The sequential claim-curve test (dpaudit.sequential_curve) and its wiring into the dpsgd
+"""The sequential claim-curve test (dpaudit.sequential.curve) and its wiring into the dpsgd
 kind's sequential audits: thresholds and levels, a violation as a point below the curve,
 validity of a correct DP-SGD run monitored after every round, and the power control
 (the fixed design's limits checked after every round break the level the sequence holds).
@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from dpaudit.claim_curve import ClaimCurve, dpsgd_claim, gdp_claim, randomized_response_claim
+from dpaudit.bounds.claim_curve import ClaimCurve, dpsgd_claim, gdp_claim, randomized_response_claim
 from dpaudit.dpsgd.kind import DpsgdKind
 from dpaudit.dpsgd.schema import DpsgdSection
 from dpaudit.dpsgd.sequential import CURVE, outcome, sequential_summary
 from dpaudit.errors import DpauditError
 from dpaudit.kinds.base import RunContext, SequentialSettings, check_spending
 from dpaudit.records import DPSGDRecord
-from dpaudit.sequential_curve import (
+from dpaudit.sequential.curve import (
     FPR_LEVELS,
     CurveRule,
     SequentialCurveTest,

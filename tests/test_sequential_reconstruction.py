@@ -1,5 +1,5 @@
 """The identification game as a sequential audit: the anytime-valid lower limit on the
-success probability (dpaudit.sequential_game) keeps its level under monitoring where the
+success probability (dpaudit.sequential.game) keeps its level under monitoring where the
 fixed bound checked after every round does not, and the ``reconstruction`` kind stops on a
 planted bug (exit 1), passes a correct run, resumes and extends the same sequence, verifies,
 and refuses what it cannot stop on."""
@@ -24,7 +24,7 @@ from dpaudit.errors import DpauditError
 from dpaudit.kinds import get_kind
 from dpaudit.schemas import validate_results
 from dpaudit.sequential import SequentialRule
-from dpaudit.sequential_game import (
+from dpaudit.sequential.game import (
     GAME_SEQUENTIAL_METHOD,
     epsilon_from_success,
     fixed_plan,

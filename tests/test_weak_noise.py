@@ -22,11 +22,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from dpaudit import accounting
+from dpaudit.accounting.upper_bounds import from_records
 from dpaudit.cli import app
-from dpaudit.identification import identify_bracket
 from dpaudit.records import DPSGDRecord
 from dpaudit.theory import exact_gdp_bracket, gdp_bracket, gdp_delta, gdp_epsilon
-from dpaudit.upper_bounds import from_records
+from dpaudit.theory.identification import identify_bracket
 
 ISSUE = ["--noise-multiplier", "0.11", "--sampling-rate", "0.04348", "--steps", "69"]
 

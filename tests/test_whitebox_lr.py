@@ -1,4 +1,4 @@
-"""The likelihood-ratio white-box score (dpaudit/whitebox.py and its use in the dpsgd kind).
+"""The likelihood-ratio white-box score (dpaudit/theory/whitebox.py and its use in the dpsgd kind).
 
 The formula is checked against scipy's normal densities and against its q = 1 closed
 form; the engine's rescaling of the privatised gradient to the noisy sum's units is
@@ -22,6 +22,7 @@ import pytest
 import torch
 from scipy import stats
 
+from dpaudit.accounting.upper_bounds import from_records
 from dpaudit.dpsgd.api import run_dpsgd_from_section
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.setup import _setup
@@ -31,6 +32,7 @@ from dpaudit.errors import ConfigError, DpauditError
 from dpaudit.kinds.base import VerdictBudget
 from dpaudit.models import ModelSpec
 from dpaudit.stats import clopper_pearson
+from dpaudit.theory.whitebox import WHITE_BOX_SCORES, mixture_log_likelihood_ratio
 from dpaudit.trainers import canary_observer
 from dpaudit.training import (
     CoordinateCanaries,
@@ -39,8 +41,6 @@ from dpaudit.training import (
     TrainingSpec,
     train_many,
 )
-from dpaudit.upper_bounds import from_records
-from dpaudit.whitebox import WHITE_BOX_SCORES, mixture_log_likelihood_ratio
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -154,7 +154,7 @@ def test_formula_rejects_bad_inputs(kwargs, message):
 
 
 def test_whitebox_module_loads_no_torch():
-    code = "import sys, dpaudit.whitebox; print('torch' in sys.modules)"
+    code = "import sys, dpaudit.theory.whitebox; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

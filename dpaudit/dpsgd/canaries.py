@@ -409,7 +409,7 @@ def gradient_canary_scores(
 
     so the score −(θ_T[index] − θ₀[index])·divisor/(lr·C) is B + N(0, Tσ²) with the canary
     and N(0, Tσ²) without it: exactly the last-iterate pair of
-    :mod:`dpaudit.last_iterate`, whose log-likelihood ratio is increasing in the score, so
+    :mod:`dpaudit.planning.last_iterate`, whose log-likelihood ratio is increasing in the score, so
     a threshold on it is the Neyman–Pearson test of the final model on that coordinate.
 
     This is the gradient-crafting adversary of Cebere, Bellet, Papernot ("Tighter Privacy

@@ -5,12 +5,12 @@ the odd-numbered ones with the canary, the even-numbered ones without; each mode
 one score (black-box: minus the canary's loss on the final model; white-box: the sum over
 steps of the log-likelihood ratio of each privatised update's projection on a Dirac
 gradient canary, the Neyman–Pearson test of the Poisson mixture (``score =
-"likelihood-ratio"``, :mod:`dpaudit.whitebox`), or the plain sum of the projections
+"likelihood-ratio"``, :mod:`dpaudit.theory.whitebox`), or the plain sum of the projections
 (``score = "sum"``)). The scores of the two arms are independent trials of H0 (canary
 out) and H1 (canary in), so the ε and μ lower bounds of :mod:`dpaudit.bounds` are
 ``rigorous-multi-run``. They are held against the upper bounds read from what the trainer
 says it RAN (its DPSGDRecords through the accountant, or its Claim) by
-:mod:`dpaudit.upper_bounds`.
+:mod:`dpaudit.accounting.upper_bounds`.
 
 One run: m Dirac canaries on m distinct coordinates that no real example's gradient
 touches, each included by an independent fair coin in ONE DP-SGD run; the auditor guesses

@@ -8,18 +8,18 @@ touches and is included by an independent fair coin. Two lower bounds read the r
   guesses bounds ε, held against the accountant's ε for what the one run recorded.
 - μ (Mahloujifar, Melis, Chaudhuri 2025, the f-DP one-run test): the same kind of guesses,
   their number chosen by a union bound over a ladder fixed in advance
-  (:func:`dpaudit.fdp_one_run.guess_ladder`, ``guesses`` included), held against the high
+  (:func:`dpaudit.bounds.fdp_one_run.guess_ladder`, ``guesses`` included), held against the high
   end of the accountant's μ bracket (its tail included).
 
 The two share the one-run comparison's ONE share of the verdict's budget: each is computed
-at half of it (Bonferroni, :func:`dpaudit.fdp_one_run.one_run_bounds`), so with the
+at half of it (Bonferroni, :func:`dpaudit.bounds.fdp_one_run.one_run_bounds`), so with the
 share's confidence both hold at once, and a violation of either is a violation. The one
 of the two that is the larger fraction of its upper bound enters the verdict
-(:func:`dpaudit.fdp_one_run.stronger`); the other is reported beside it. Without a finite
+(:func:`dpaudit.bounds.fdp_one_run.stronger`); the other is reported beside it. Without a finite
 μ upper bound ε takes the whole share, as before.
 
 A third reading of the same scores is reported and never decides: the Gaussian-pair μ of
-Agrawal et al. 2026 (:func:`dpaudit.one_run_gauss.one_run_gaussian_mu_lower_bound`), which
+Agrawal et al. 2026 (:func:`dpaudit.bounds.one_run_gauss.one_run_gaussian_mu_lower_bound`), which
 uses every canary's score rather than guesses on the extremes. Its guarantee is
 asymptotic (it holds if the scores are independent Gaussians with one variance, which
 white-box scores approach as steps grow; no DP claim implies it), so it is labelled
@@ -36,17 +36,17 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from dpaudit.accounting.upper_bounds import from_records
+from dpaudit.bounds.fdp_one_run import one_run_bounds, stronger
+from dpaudit.bounds.one_run_gauss import one_run_gaussian_mu_lower_bound
 from dpaudit.dpsgd.canaries import with_zero_feature
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.setup import _setup, purpose_seed
 from dpaudit.errors import ConfigError, DpauditError
-from dpaudit.fdp_one_run import one_run_bounds, stronger
-from dpaudit.one_run_gauss import one_run_gaussian_mu_lower_bound
 from dpaudit.records import DPSGDRecord
 from dpaudit.results import Comparison
 from dpaudit.trainers import canary_observer
 from dpaudit.training import CoordinateCanaries, train_many
-from dpaudit.upper_bounds import from_records
 
 __all__ = ["ONE_RUN_UNIT", "one_run_comparisons", "one_run_unit"]
 

@@ -120,7 +120,7 @@ class DpsgdSection(Table):
             last-iterate pair.
             ``worst-case`` (ERM trainers): the replace-one pair of unit records that moves
             the exact minimiser most, scored by the exact log-likelihood ratio of the
-            released model under the mechanism's noise density (:mod:`dpaudit.erm`).
+            released model under the mechanism's noise density (:mod:`dpaudit.theory.erm`).
         mechanism: the ERM mechanism whose density the ``worst-case`` score uses
             (``output-perturbation`` or ``multiparty``); default: the trainer's own.
         threat_model: ``black-box`` (final model's canary loss) or ``white-box`` (a
@@ -128,7 +128,7 @@ class DpsgdSection(Table):
         score: the white-box statistic: ``likelihood-ratio`` (default; the sum over
             steps of the log-likelihood ratio of (1 − q)N(0, σ²C²) + qN(C, σ²C²) to
             N(0, σ²C²), the Neyman–Pearson test for Poisson-subsampled steps, see
-            :mod:`dpaudit.whitebox`) or ``sum`` (the plain sum of the projections,
+            :mod:`dpaudit.theory.whitebox`) or ``sum`` (the plain sum of the projections,
             Nasr et al. 2023 §3). The one-run audit scores its canaries the same way.
         trials: models per arm (with and without the canary).
         threshold: ``split`` or ``bonferroni`` (see :mod:`dpaudit.bounds`).

@@ -10,7 +10,7 @@ first round where
 
 - an ε or μ lower bound exceeds the upper bound read from what the models RAN (their
   DPSGDRecords through the accountant, or their Claim: ``violation``, exit 1),
-- a point of the sequential claim-curve test (:mod:`dpaudit.sequential_curve`: the
+- a point of the sequential claim-curve test (:mod:`dpaudit.sequential.curve`: the
   anytime-valid limits of FPR and FNR at a few thresholds placed on round 0) lies below
   the accountant's whole trade-off curve of what the records say ran (``violation``,
   exit 1): far more powerful than μ when the run departs from its records in the middle
@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from dpaudit.accounting.upper_bounds import UpperBound
 from dpaudit.bounds import EpsilonBound, MuBound
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.errors import ConfigError, DpauditError
@@ -65,7 +66,7 @@ from dpaudit.sequential import (
     outcome_bound,
     run_rounds,
 )
-from dpaudit.sequential_curve import (
+from dpaudit.sequential.curve import (
     CURVE_METHOD,
     CurvePoint,
     CurveRule,
@@ -74,7 +75,6 @@ from dpaudit.sequential_curve import (
     dpsgd_curve_bound,
     dpsgd_curve_rule,
 )
-from dpaudit.upper_bounds import UpperBound
 
 __all__ = [
     "COMPARISONS",
@@ -255,7 +255,7 @@ def outcome(
     a later round's records are checked against it by the summary's claim check).
 
     The outcome's paths hold ``"epsilon"``, ``"mu"`` and, when round 0's records state a
-    DP-SGD run, :data:`CURVE` (:mod:`dpaudit.sequential_curve`).
+    DP-SGD run, :data:`CURVE` (:mod:`dpaudit.sequential.curve`).
 
     Raises:
         DpauditError: a stored round is missing (the rounds are not 0, 1, 2, ...).
@@ -412,7 +412,7 @@ def _curve_comparison(
     results.json.
 
     Its lower bound is the accountant's ε of the effective noise multiplier σ′ when the
-    test stopped with a violation, else 0 (:func:`dpaudit.sequential_curve
+    test stopped with a violation, else 0 (:func:`dpaudit.sequential.curve
     .dpsgd_curve_bound`), held against the accountant's ε of what ran, as in the fixed
     design. Without a DP-SGD record on round 0 nothing is tested: the bound is 0 against
     no upper bound, its share unused.

@@ -6,7 +6,7 @@ worst-case pair), the model and the engine's training spec. It is a pure functio
 spec, cached, so that every unit of a run (in any process) trains on the same rows.
 
 The worst-case set-up (:class:`WorstCaseSetup`) is the replace-one pair of an ERM audit
-with the exact noise-free releases on both sides (:mod:`dpaudit.erm`).
+with the exact noise-free releases on both sides (:mod:`dpaudit.theory.erm`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit import erm, theory
+from dpaudit import theory
 from dpaudit.data import Standardizer, load_dataset
 from dpaudit.dpsgd.canaries import (
     GRADIENT_CANARY_KINDS,
@@ -31,10 +31,11 @@ from dpaudit.dpsgd.canaries import (
 )
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec, erm_mechanism
 from dpaudit.errors import ConfigError, DpauditError, check_integer
-from dpaudit.ideal import ideal_lower_bound
 from dpaudit.kinds.base import stream_seed
 from dpaudit.models import ModelSpec, layer_shapes
+from dpaudit.planning.ideal import ideal_lower_bound
 from dpaudit.recipes import sampling_plan, training_spec
+from dpaudit.theory import erm
 from dpaudit.training import TrainingSpec
 
 __all__ = ["WorstCaseSetup", "purpose_seed", "worst_case_details"]
@@ -285,9 +286,9 @@ def worst_case_details(
     """Realised sensitivity, the ε it allows, and the ideal bound at this budget.
 
     The ideal bound simulates the exact log-likelihood ratio of the pair (10⁶ draws per
-    hypothesis of the mechanism's own noise, :func:`dpaudit.erm.gamma_ball_pair_llr`)
+    hypothesis of the mechanism's own noise, :func:`dpaudit.theory.erm.gamma_ball_pair_llr`)
     and counts it at the audit's trials (half of them with the ``split`` threshold) and
-    per-bound confidence level (:func:`dpaudit.ideal.ideal_lower_bound`).
+    per-bound confidence level (:func:`dpaudit.planning.ideal.ideal_lower_bound`).
     """
     rng = np.random.default_rng([seed, _STREAM_DPSGD, 11])
     d, draws = worst.centre_out.size, 1_000_000

@@ -4,12 +4,12 @@ The scores of the two arms of the many-run units are independent trials of H0 (c
 out) and H1 (canary in), so their ε and μ lower bounds (:mod:`dpaudit.bounds`) are
 ``rigorous-multi-run``. They are held against the upper bounds read from what the trainer
 says it RAN (its DPSGDRecords through the accountant, or its Claim, or both:
-:mod:`dpaudit.upper_bounds`). The one run is held against its own accountant ε
+:mod:`dpaudit.accounting.upper_bounds`). The one run is held against its own accountant ε
 (:mod:`dpaudit.dpsgd.one_run`), and the grey-box tests of the run's internals
-(:mod:`dpaudit.greybox`) become gate checks.
+(:mod:`dpaudit.bounds.greybox`) become gate checks.
 
 When the trainer states a claim beside its records of what ran, the claim is held
-against the tight accountant of those records (:func:`dpaudit.upper_bounds.check_claim`):
+against the tight accountant of those records (:func:`dpaudit.accounting.upper_bounds.check_claim`):
 a claim below what ran allows is a failed check from the records alone, which cannot
 fail by chance and takes no share of the budget. With it, even one model per arm decides
 something: too few models for any canary bound leave the bounds out, not the audit.
@@ -31,6 +31,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from dpaudit.accounting.upper_bounds import Claim, UpperBound, check_claim, from_claim, from_records
 from dpaudit.bounds import (
     EpsilonBound,
     MuBound,
@@ -39,14 +40,14 @@ from dpaudit.bounds import (
     mu_bound_against_bracket,
     mu_lower_bound,
 )
-from dpaudit.claim_curve import claim_curve_epsilon
+from dpaudit.bounds.claim_curve import claim_curve_epsilon
+from dpaudit.bounds.greybox import GreyBoxObservations, GreyBoxTest, greybox_tests
 from dpaudit.dpsgd.one_run import ONE_RUN_UNIT, one_run_comparisons
 from dpaudit.dpsgd.schema import ENGINE_TRAINERS, DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.setup import _setup, worst_case_details
 from dpaudit.dpsgd.units import CHECKPOINTS_KEY, trainer_libraries
-from dpaudit.greybox import GreyBoxObservations, GreyBoxTest, greybox_tests
 from dpaudit.kinds.base import KindSummary, Outputs, RunContext
-from dpaudit.last_iterate import last_iterate_details
+from dpaudit.planning.last_iterate import last_iterate_details
 from dpaudit.records import DPSGDRecord
 from dpaudit.results import (
     Check,
@@ -57,7 +58,6 @@ from dpaudit.results import (
     score_summary,
     theory_curves,
 )
-from dpaudit.upper_bounds import Claim, UpperBound, check_claim, from_claim, from_records
 
 __all__ = [
     "StoredUnits",
@@ -178,7 +178,7 @@ def in_verdict(stored: StoredUnits) -> tuple[str, ...]:
         # reported but kept out of the verdict, so it takes no share of the budget.
         listed += [_MANY_EPSILON] if stored.upper.epsilon_finite else []
         listed += [_MANY_MU] if stored.upper.mu_finite else []
-        # The same scores against the whole curve of what ran (dpaudit.claim_curve): one
+        # The same scores against the whole curve of what ran (dpaudit.bounds.claim_curve): one
         # more share, so the three many-run comparisons hold jointly (union bound).
         listed += [_MANY_CURVE] if _curve_record(stored) is not None else []
     if stored.one is not None:
@@ -344,7 +344,7 @@ def _claim_check(
     the units carry no claim beside their records, or the claim states nothing finite).
 
     Its value is what ran has at least, its limit what the claim states: it fails when
-    the value is above the limit (:func:`dpaudit.upper_bounds.check_claim`). ``label``
+    the value is above the limit (:func:`dpaudit.accounting.upper_bounds.check_claim`). ``label``
     names the released model when a run releases several (its words lead the message).
     """
     if stored.claim is None or not stored.claim_and_records:
@@ -479,7 +479,7 @@ def _claim_curve_comparison(
 ) -> Comparison:
     """The scores against the accountant's trade-off curve of what ran, at the verdict's
     per-bound level: an ε above the accountant's means a point below its curve
-    (:func:`dpaudit.claim_curve.claim_curve_epsilon`)."""
+    (:func:`dpaudit.bounds.claim_curve.claim_curve_epsilon`)."""
     bound, accountant = claim_curve_epsilon(
         neg,
         pos,

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 
-from dpaudit import erm
 from dpaudit.dpsgd.canaries import CraftedCanary, gradient_canary_scores
 from dpaudit.dpsgd.one_run import ONE_RUN_UNIT, one_run_unit
 from dpaudit.dpsgd.schema import BlackBoxSection, DpsgdSection, DpsgdSpec
@@ -28,6 +27,7 @@ from dpaudit.kinds.base import unit_index
 from dpaudit.models import ModelStack
 from dpaudit.plugins import load_plugin
 from dpaudit.records import DPSGDRecord
+from dpaudit.theory import erm
 from dpaudit.trainers import (
     CanarySetup,
     TrainerOutput,

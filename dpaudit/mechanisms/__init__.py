@@ -30,13 +30,16 @@ _EXPORTS: dict[str, str] = {
     "theoretical_claim": "dpaudit.mechanisms.noise",
     "fit_score": "dpaudit.mechanisms.learned",
     "LearnedScore": "dpaudit.mechanisms.learned",
-    "Claim": "dpaudit.upper_bounds",
+    "Claim": "dpaudit.accounting.upper_bounds",
 }
 
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
+    from dpaudit.accounting.upper_bounds import (
+        Claim,
+    )
     from dpaudit.mechanisms.learned import LearnedScore, fit_score
     from dpaudit.mechanisms.noise import (
         Mechanism,
@@ -53,7 +56,4 @@ if TYPE_CHECKING:
         user_mechanism,
         vector_gaussian,
         vector_laplace,
-    )
-    from dpaudit.upper_bounds import (
-        Claim,
     )

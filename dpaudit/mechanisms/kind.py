@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from dpaudit.accounting.upper_bounds import UpperBound
 from dpaudit.bounds import require_design
 from dpaudit.errors import ConfigError, DpauditError
 from dpaudit.kinds.base import (
@@ -37,7 +38,6 @@ from dpaudit.mechanisms.units import (
     upper_bound,
 )
 from dpaudit.plugins import plugin_digest
-from dpaudit.upper_bounds import UpperBound
 
 
 class MechanismKind(AuditKind[MechanismSection]):

@@ -41,10 +41,10 @@ from typing import Any
 
 import numpy as np
 
+from dpaudit.accounting.upper_bounds import Claim
 from dpaudit.errors import ConfigError, DpauditError, check_choice, check_integer
 from dpaudit.plugins import load_plugin
 from dpaudit.theory import gaussian_sigma, gdp_mu
-from dpaudit.upper_bounds import Claim
 
 MechanismFn = Callable[..., Any]
 

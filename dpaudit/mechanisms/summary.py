@@ -26,7 +26,7 @@ index (:func:`learned_streamed`). Either way the rest goes through the path abov
 
 Where the claim declares an exact trade-off curve (:func:`declared_curve`: a 1-D Laplace
 claimed (ε, δ)-DP, a Gaussian claimed (ε, δ > 0)-DP or ρ-zCDP), the same trials, or the
-same streamed counts, are also held against it (:mod:`dpaudit.claim_curve`): one more
+same streamed counts, are also held against it (:mod:`dpaudit.bounds.claim_curve`): one more
 share of the verdict's budget, which the kind's ``comparisons`` counts through the same
 :func:`declared_curve`.
 """
@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit.bayesian import bayesian_estimate
+from dpaudit.accounting.upper_bounds import Claim, UpperBound
 from dpaudit.bounds import (
     EpsilonBound,
     MuBound,
@@ -53,7 +53,8 @@ from dpaudit.bounds import (
     learned_lower_bounds,
     score_with,
 )
-from dpaudit.claim_curve import (
+from dpaudit.bounds.bayesian import bayesian_estimate
+from dpaudit.bounds.claim_curve import (
     ClaimCurve,
     Criterion,
     claim_curve_test,
@@ -65,8 +66,8 @@ from dpaudit.claim_curve import (
     laplace_curve_parameter,
     laplace_epsilon_of_claim,
 )
+from dpaudit.bounds.threshold_search import ScoreSketch
 from dpaudit.errors import DpauditError
-from dpaudit.identification import IDENTIFIABLE_MECHANISMS, identify_mechanism
 from dpaudit.kinds.base import KindSummary, Outputs, RunContext, unit_index
 from dpaudit.mechanisms.noise import Mechanism
 from dpaudit.mechanisms.schema import (
@@ -92,9 +93,8 @@ from dpaudit.results import (
     theory_curves,
 )
 from dpaudit.theory import gdp_mu
-from dpaudit.threshold_search import ScoreSketch
+from dpaudit.theory.identification import IDENTIFIABLE_MECHANISMS, identify_mechanism
 from dpaudit.tradeoff import GridCounts, as_scores
-from dpaudit.upper_bounds import Claim, UpperBound
 
 #: Trials per arm up to which every score is held in memory and every distinct threshold
 #: is searched (the exact path, whose results the shipped audits' goldens fix). Its
@@ -360,7 +360,7 @@ def _read(outputs: Outputs, unit: str) -> tuple[np.ndarray, np.ndarray]:
 def stream_counts(outputs: Outputs, design: UnitDesign) -> StreamedCounts:
     """Read the units one at a time (the grid units twice) and keep only merged counts.
 
-    1. The grid units are summarised (:class:`~dpaudit.threshold_search.ScoreSketch`)
+    1. The grid units are summarised (:class:`~dpaudit.bounds.threshold_search.ScoreSketch`)
        and the grid of candidate thresholds and the histogram's edges are drawn from that
        summary: from the grid units alone.
     2. Every unit is counted at the grid; the grid units' counts and the counted units'
@@ -659,7 +659,7 @@ def declared_curve(
     guarantee) and the mechanism the table DECLARES, never from the noise that ran:
 
     - one-dimensional Laplace claimed (ε, δ)-DP: the Laplace curve at
-      ε₀ = ε − 2 ln(1 − δ) (:func:`dpaudit.claim_curve.laplace_epsilon_of_claim`), above
+      ε₀ = ε − 2 ln(1 − δ) (:func:`dpaudit.bounds.claim_curve.laplace_epsilon_of_claim`), above
       f_{ε,δ} between its corners;
     - Gaussian claimed (ε, δ > 0)-DP: G_μ at μ = μ(ε, δ), the μ whose GDP profile reaches
       δ at ε (Dong, Roth, Su 2022, Cor. 2.13: a Gaussian mechanism is (ε, δ)-DP iff its μ
@@ -728,7 +728,7 @@ def _declared_curve_comparison(
     label: str,
 ) -> Comparison:
     """The trials held against the declared curve at the verdict's per-bound level
-    (:func:`dpaudit.claim_curve.declared_curve_bound`): a value above the claimed
+    (:func:`dpaudit.bounds.claim_curve.declared_curve_bound`): a value above the claimed
     parameter means a point below the claimed curve."""
     claim = curve.family(curve.claimed)
     # Too few trials raise here as they do for the ε bound (the same least design, which

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from dpaudit.accounting.upper_bounds import Claim, UpperBound, from_claim
 from dpaudit.errors import ConfigError
 from dpaudit.kinds.base import unit_index
 from dpaudit.mechanisms.noise import (
@@ -29,7 +30,6 @@ from dpaudit.mechanisms.noise import (
 from dpaudit.mechanisms.schema import FLOATING, GAUSSIAN, LEARNED, MechanismSection, Vectors
 from dpaudit.sections import Table
 from dpaudit.theory import zcdp_to_dp
-from dpaudit.upper_bounds import Claim, UpperBound, from_claim
 
 #: Distinguishes the random streams of different kinds under the same audit seed.
 _STREAM_MECHANISM = 1

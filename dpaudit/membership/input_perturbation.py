@@ -42,7 +42,7 @@ The guarantee, and the claim the audit holds its bounds against:
    attribute-advantage bound (a_in vs a_out with the record in or swapped out) use.
 
 The claim therefore enters as (ε, δ) of the stated parameters
-(:func:`dpaudit.upper_bounds.from_claim`, source "input perturbation claim"); it is
+(:func:`dpaudit.accounting.upper_bounds.from_claim`, source "input perturbation claim"); it is
 finite only when BOTH features and labels are randomised (with either left as it is,
 the record is not protected and nothing is claimed). The stated ε is what is claimed;
 the noise is computed separately from the same section (:func:`feature_noise`), so a

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dpaudit.accounting.upper_bounds import from_records
 from dpaudit.attacks import AttackContext, AttributeAttack, MembershipAttack, sensitive_prior
 from dpaudit.data import Dataset, split_dataset
 from dpaudit.errors import DataError, DpauditError, check_in_interval, check_integer
@@ -60,7 +61,6 @@ from dpaudit.membership.summary import (
 from dpaudit.models import ModelStack
 from dpaudit.stats import check_confidence_level
 from dpaudit.training import train_many
-from dpaudit.upper_bounds import from_records
 
 if TYPE_CHECKING:
     from dpaudit.models import ModelSpec

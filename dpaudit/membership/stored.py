@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from dpaudit.accounting.upper_bounds import UpperBound, from_claim, from_records
 from dpaudit.mechanisms.noise import Claim
 from dpaudit.membership.input_perturbation import InputPerturbation
 from dpaudit.records import DPSGDRecord
-from dpaudit.upper_bounds import UpperBound, from_claim, from_records
 
 if TYPE_CHECKING:
     from dpaudit.membership.schema import TargetSpec

@@ -29,8 +29,8 @@ from dpaudit.bounds import (
     one_run_epsilon_lower_bound,
     one_run_guesses,
 )
+from dpaudit.bounds.fdp_one_run import guess_ladder, one_run_bounds, one_run_mu_ladder_bound
 from dpaudit.errors import DpauditError, InsufficientTrialsError
-from dpaudit.fdp_one_run import guess_ladder, one_run_bounds, one_run_mu_ladder_bound
 from dpaudit.stats import ConfidenceInterval, clopper_pearson
 from dpaudit.theory import dp_attribute_advantage_bound
 from dpaudit.tradeoff import MembershipMetrics, membership_metrics
@@ -95,7 +95,7 @@ class AttackOutcome:
             ``"rigorous-one-run"`` when membership was decided by fair coins, else
             ``"heuristic"``).
         one_run_mu: the f-DP μ lower bound of the same run, its number of guesses chosen
-            over a ladder (:func:`dpaudit.fdp_one_run.one_run_mu_ladder_bound`; same
+            over a ladder (:func:`dpaudit.bounds.fdp_one_run.one_run_mu_ladder_bound`; same
             validity rule), or ``None`` for an outcome built without it.
         epsilon_heuristic: ε lower bound treating audited rows as independent trials
             (validity ``"heuristic"``), or ``None`` when too few rows for any bound.
@@ -247,7 +247,7 @@ def summarise_attack(
     is given (the μ bound is held against a μ upper bound, whose bracket has this tail δ),
     the two share ONE share of a budget: each is computed at 1 − (1 − c₁)/2, c₁ =
     ``one_run_level`` (Bonferroni), both are reported at c₁, and a verdict may count a
-    violation of either (:func:`dpaudit.fdp_one_run.one_run_bounds`). Otherwise ε is
+    violation of either (:func:`dpaudit.bounds.fdp_one_run.one_run_bounds`). Otherwise ε is
     computed at c₁ as before and μ, held against nothing, at ``confidence_level``.
 
     Args:

@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit.fdp_one_run import stronger
+from dpaudit.accounting.upper_bounds import UpperBound, from_records
+from dpaudit.bounds.fdp_one_run import stronger
 from dpaudit.kinds.base import KindSummary, Outputs, RunContext
 from dpaudit.membership.sanity import accuracy_problem
 from dpaudit.membership.schema import TRAINS_REFERENCES, MembershipSection
@@ -58,7 +59,6 @@ from dpaudit.membership.summary import (
     summarise_attack,
 )
 from dpaudit.results import WITHHELD, Comparison, TestSummary, score_summary, theory_curves
-from dpaudit.upper_bounds import UpperBound, from_records
 
 __all__ = [
     "CLONE_NOTE",
@@ -197,8 +197,8 @@ def _attack_test(
     """One attack's test and its comparisons: the one-run ε bound (held against
     ``upper``), the one-run μ bound (held against ``mu_upper``) and the heuristic bound
     (never in the verdict). When ``in_verdict``, the one-run ε and μ bounds share one
-    share (:func:`dpaudit.fdp_one_run.one_run_bounds`) and the stronger of the two enters
-    the verdict (:func:`dpaudit.fdp_one_run.stronger`)."""
+    share (:func:`dpaudit.bounds.fdp_one_run.one_run_bounds`) and the stronger of the two enters
+    the verdict (:func:`dpaudit.bounds.fdp_one_run.stronger`)."""
     scores = outcome.scores
     summary = score_summary(
         test_id,

@@ -10,12 +10,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from dpaudit.accounting.upper_bounds import UpperBound, from_records
 from dpaudit.bounds import EpsilonBound, identification_epsilon_lower_bound
 from dpaudit.kinds.base import Outputs, RunContext
 from dpaudit.reconstruction.schema import GameTable
 from dpaudit.records import DPSGDRecord
 from dpaudit.results import Comparison, TestSummary, score_summary
-from dpaudit.upper_bounds import UpperBound, from_records
 
 
 def game_upper_bound(game: GameTable, delta: float) -> UpperBound:
@@ -23,7 +23,7 @@ def game_upper_bound(game: GameTable, delta: float) -> UpperBound:
 
     Replacing a record moves the clipped sum by up to 2C, so the step with noise σC is
     (2/σ)-GDP: an add/remove step with noise multiplier σ/2 (sampling rate 1, one step),
-    which :func:`~dpaudit.upper_bounds.from_records` accounts exactly (Dong, Roth, Su
+    which :func:`~dpaudit.accounting.upper_bounds.from_records` accounts exactly (Dong, Roth, Su
     2019, Cor. 2.13).
     """
     record = DPSGDRecord(

@@ -21,7 +21,7 @@ accountant's ε for the σ the implementation REPORTS (``claimed_noise_multiplie
 default the σ that runs). The game's neighbours replace one record, whose clipped
 gradient may move by 2C: one Gaussian step with noise σC is then exactly (2/σ)-GDP, the
 guarantee of an add/remove step with noise multiplier σ/2, which is how the record is
-handed to the accountant (:func:`dpaudit.upper_bounds.from_records`).
+handed to the accountant (:func:`dpaudit.accounting.upper_bounds.from_records`).
 
 The table is :mod:`~dpaudit.reconstruction.schema`; the work units
 (:mod:`~dpaudit.reconstruction.units`) and the summary

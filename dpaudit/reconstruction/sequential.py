@@ -13,7 +13,7 @@ at the first round where
 - or the cap is reached (``cap``).
 
 The statistics (the confidence sequence, its map to ε and why it holds over every round)
-are :mod:`dpaudit.sequential_game`, torch-free.
+are :mod:`dpaudit.sequential.game`, torch-free.
 
 The decision is a deterministic function of the stored rounds (:func:`outcome`), asked by
 the audit after each stored unit (:meth:`ReconstructionKind.stop_reason`) and again by the
@@ -38,12 +38,12 @@ from dpaudit.kinds.base import (
 )
 from dpaudit.reconstruction.game import game_in_verdict, game_test, game_upper_bound
 from dpaudit.sequential import SequentialRule, default_tuned_trials
-from dpaudit.sequential_game import GameOutcome, fixed_plan, game_bound, game_rounds
+from dpaudit.sequential.game import GameOutcome, fixed_plan, game_bound, game_rounds
 
 if TYPE_CHECKING:
+    from dpaudit.accounting.upper_bounds import UpperBound
     from dpaudit.reconstruction.schema import GameTable, ReconstructionSection
     from dpaudit.results import Comparison, TestSummary
-    from dpaudit.upper_bounds import UpperBound
 
 #: Unit names of the game's rounds (the fixed design's chunks have the same names).
 ROUND_PREFIX = "reconstruction-game-"

@@ -15,15 +15,15 @@ import matplotlib as mpl
 import numpy as np
 from matplotlib.figure import Figure
 
-from dpaudit.equations import (
+from dpaudit.errors import DpauditError
+from dpaudit.report.plots import _RC, COLOURS
+from dpaudit.theory import gdp_delta
+from dpaudit.theory.equations import (
     AmplifiedGuarantee,
     PrivacyEquation,
     naive_profile,
     refined_equation_profile,
 )
-from dpaudit.errors import DpauditError
-from dpaudit.report.plots import _RC, COLOURS
-from dpaudit.theory import gdp_delta
 
 __all__ = ["DEFAULT_GDP_MUS", "liu_figure1_examples", "profile_figure", "write_profile_figure"]
 
@@ -35,7 +35,7 @@ def liu_figure1_examples() -> list[tuple[PrivacyEquation, float]]:
     """The three running examples of Liu et al. 2022 (§2) with the ε range of their panel:
     Laplace with θ = Δ/b = 1 (b = 2, Δ = 2), "SGD" (A = 2, B = 1, σ = 2) and ICEA
     (m > 10·ln(n/(εδ)) with m = 20, n = 4; q = 1024 for amplification)."""
-    from dpaudit.equations import icea_equation, laplace_equation, sgd_equation
+    from dpaudit.theory.equations import icea_equation, laplace_equation, sgd_equation
 
     return [
         (laplace_equation(scale=2.0, sensitivity=2.0), 4.0),

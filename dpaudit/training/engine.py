@@ -48,8 +48,8 @@ from dpaudit.models import (
     derive_generator,
     layer_shapes,
 )
-from dpaudit.recipes import sampling_plan
 from dpaudit.records import DPSGDRecord
+from dpaudit.training.sampling import sampling_plan
 from dpaudit.training.specs import (
     CoordinateCanaries,
     GradientCanary,
@@ -521,7 +521,7 @@ def _sampling_plan(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return per-model sampling rates q, step counts T and expected batch sizes q·n.
 
-    q and T come from :func:`dpaudit.recipes.sampling_plan`, the one formula that noise
+    q and T come from :func:`dpaudit.training.sampling.sampling_plan`, the one formula that noise
     calibration and ``dpaudit account`` use too: what is accounted is what runs here.
     """
     if not training.full_batch and np.any(sizes < training.batch_size):

@@ -56,8 +56,8 @@ import torch
 
 from dpaudit.errors import ConfigError, DpauditError, check_integer
 from dpaudit.models import ModelSpec, ModelStack
-from dpaudit.recipes import sampling_plan
 from dpaudit.records import DPSGDRecord
+from dpaudit.training.sampling import sampling_plan
 from dpaudit.training.specs import TrainingSpec, TrainResult
 
 __all__ = [

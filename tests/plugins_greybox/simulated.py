@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpaudit.greybox import GreyBoxObservations
+from dpaudit.bounds.greybox import GreyBoxObservations
 from dpaudit.records import DPSGDRecord
 
 

@@ -3,7 +3,7 @@
 A one-run audit puts m canaries in one training run, each included by an independent fair
 coin, and scores each canary from what the auditor saw. dpaudit's rigorous one-run bounds
 (:func:`dpaudit.bounds.one_run_epsilon_lower_bound`,
-:func:`dpaudit.fdp_one_run.one_run_mu_ladder_bound`) turn the scores into guesses on the
+:func:`dpaudit.bounds.fdp_one_run.one_run_mu_ladder_bound`) turn the scores into guesses on the
 most extreme canaries and count the correct ones; the size of each score past its rank is
 thrown away. Agrawal, Wei, Singh, Magdon-Ismail and Zikas read the scores themselves: in
 white-box DP-SGD a canary's score is a sum over steps, asymptotically Gaussian, so the

@@ -243,7 +243,7 @@ def limit_for_bound(bound: EpsilonBound | MuBound) -> DetectionLimit:
     counts = bound.counts
     if "canaries" in counts and parameter == "mu" and "limit_of_detection" in bound.details:
         # the f-DP one-run μ bound carries its own limit (every guess right, at the level
-        # its rungs were tested at): dpaudit.fdp_one_run
+        # its rungs were tested at): dpaudit.bounds.fdp_one_run
         return DetectionLimit(
             value=float(bound.details["limit_of_detection"]),
             parameter="mu",

@@ -50,6 +50,7 @@ import numpy as np
 from scipy import optimize, special, stats
 
 from dpaudit.errors import DpauditError, check_in_interval, check_integer
+from dpaudit.planning.ideal import ideal_lower_bound
 from dpaudit.theory import gdp_mu
 
 __all__ = [
@@ -264,16 +265,14 @@ def last_iterate_ideal(
     """What a perfect final-model distinguisher of the last-iterate pair certifies.
 
     The exact log-likelihood ratio of ``draws`` simulated final-model projections per arm,
-    counted by :func:`dpaudit.ideal.ideal_lower_bound` at ``trials`` per hypothesis
+    counted by :func:`dpaudit.planning.ideal.ideal_lower_bound` at ``trials`` per hypothesis
     (half of an audit's models per arm with ``threshold = "split"``) and the audit's
     per-bound ``confidence_level``. Since L is increasing, the projection itself is the
     Neyman–Pearson score.
 
     Returns:
-        :class:`dpaudit.ideal.IdealBound`.
+        :class:`dpaudit.planning.ideal.IdealBound`.
     """
-    from dpaudit.ideal import ideal_lower_bound
-
     rng = np.random.default_rng([int(seed), 29])
     neg, pos = (
         last_iterate_sample(

@@ -13,7 +13,7 @@ are written where they happen:
    on one part of the trials and counts on the other; ``bonferroni`` makes the limits hold
    simultaneously for every threshold (union bound over all cut points of each sample) so
    that the maximum over thresholds is valid. An uncorrected maximum is never offered.
-   Both take a maximum over thresholds; :mod:`dpaudit.threshold_search` finds it exactly
+   Both take a maximum over thresholds; :mod:`dpaudit.bounds.threshold_search` finds it exactly
    (the full scan's first maximiser) with far fewer Beta inversions.
 
 Pure functions of arrays and numbers; no state, no I/O.
@@ -42,6 +42,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import special
 
+from dpaudit.bounds.threshold_search import Bound, LimitsCache, best_threshold
 from dpaudit.errors import (
     DpauditError,
     InsufficientTrialsError,
@@ -55,7 +56,6 @@ from dpaudit.stats import (
     clopper_pearson,
 )
 from dpaudit.theory import check_candidates, gdp_epsilon
-from dpaudit.threshold_search import Bound, LimitsCache, best_threshold
 from dpaudit.tradeoff import GridCounts, TradeoffCurve, as_scores
 
 ThresholdStrategy = Literal["split", "bonferroni"]
@@ -431,7 +431,7 @@ def mu_from_counts(
 def _rate_bound(parameter: str, delta: float) -> Bound:
     """The per-threshold bound of ``parameter`` as a function of the two rate limits: the
     ε inequality at ``delta`` or the μ inequality. Both decrease in both limits, are ≥ 0
-    and are 0 at an FNR limit of 1, as :func:`~dpaudit.threshold_search.best_threshold`
+    and are 0 at an FNR limit of 1, as :func:`~dpaudit.bounds.threshold_search.best_threshold`
     requires."""
     if parameter == "epsilon":
         return functools.partial(epsilon_from_rates, delta=delta)
@@ -1011,7 +1011,7 @@ def epsilon_and_mu_from_grid_split(
     The trials are cut into a selection part and an evaluation part BEFORE any is seen
     (e.g. whole work units, the first ones; trials are i.i.d., so any cut fixed in advance
     is a fair one), the grid is drawn from the selection part alone
-    (:class:`~dpaudit.threshold_search.ScoreSketch`), and both parts are counted on it. A
+    (:class:`~dpaudit.bounds.threshold_search.ScoreSketch`), and both parts are counted on it. A
     threshold is chosen on ``selection`` by the rule of the in-memory ``split``
     (:func:`_select_threshold`, restricted to the grid); FP and FN of the evaluation part
     at that threshold are then ``evaluation``'s counts at the same grid row: exactly what
@@ -1308,7 +1308,7 @@ def one_run_epsilon_lower_bound(
 def mu_bound_against_bracket(bound: MuBound, tail: float) -> MuBound:
     """The μ lower bound to hold against the high end of a μ bracket with tail δ ``tail``.
 
-    A bracket [μ_low, μ_high] measured with tail δ t (:mod:`dpaudit.identification`)
+    A bracket [μ_low, μ_high] measured with tail δ t (:mod:`dpaudit.theory.identification`)
     guarantees only f_A(α) ≥ G_{μ_high}(α + t) − t. A test with error rates (α, β) then
     proves μ_high ≥ Φ⁻¹(1 − (α + t)) − Φ⁻¹(β + t): the bound is recomputed from the upper
     limits on both rates, each inflated by t. ``tail = 0`` returns ``bound`` unchanged.

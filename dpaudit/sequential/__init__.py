@@ -64,9 +64,9 @@ from typing import Any, Literal
 import numpy as np
 from scipy import special
 
-from dpaudit.bounds import epsilon_from_rates, mu_from_rates
+from dpaudit.bounds import EpsilonBound, MuBound, epsilon_from_rates, mu_from_rates
 from dpaudit.errors import DpauditError, check_choice, check_in_interval, check_integer
-from dpaudit.stats import clopper_pearson_upper
+from dpaudit.stats import ConfidenceInterval, clopper_pearson_upper
 from dpaudit.tradeoff import TradeoffCurve
 
 __all__ = [
@@ -1092,9 +1092,6 @@ def outcome_bound(result: RoundsOutcome, parameter: str, *, delta: float) -> Any
     """The :class:`~dpaudit.bounds.EpsilonBound` or :class:`~dpaudit.bounds.MuBound` a
     sequential test stopped with (method ``beta-binomial-mixture-cs``), and its path's
     summary in ``details``."""
-    from dpaudit.bounds import EpsilonBound, MuBound
-    from dpaudit.stats import ConfidenceInterval
-
     point = result.paths[parameter][-1]
     common: dict[str, Any] = {
         "value": point.value,

@@ -1,6 +1,6 @@
 """An anytime-valid (sequential) test of a claim's whole trade-off curve.
 
-The fixed-design claim-curve test (:mod:`dpaudit.claim_curve`) holds one observed point
+The fixed-design claim-curve test (:mod:`dpaudit.bounds.claim_curve`) holds one observed point
 (FPR upper limit, FNR upper limit) against the claim's trade-off curve f_claim: every test
 of a mechanism that meets the claim has FNR ≥ f_claim(FPR), so a point strictly below the
 curve refutes the claim. This module runs that test round by round and may stop at any
@@ -60,7 +60,7 @@ from scipy import special
 
 from dpaudit.accounting import dpsgd_event, epsilon
 from dpaudit.bounds import EpsilonBound
-from dpaudit.claim_curve import (
+from dpaudit.bounds.claim_curve import (
     SIGMA_STEPS_PER_DOUBLING,
     ClaimCurve,
     dpsgd_claim,
@@ -70,7 +70,7 @@ from dpaudit.errors import DpauditError, check_in_interval, check_integer
 from dpaudit.sequential import RoundPoint, feed_rounds, rate_upper_limit, tuned_concentration
 from dpaudit.stats import ConfidenceInterval
 from dpaudit.theory import gdp_epsilon
-from dpaudit.whitebox import mixture_log_likelihood_ratio
+from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
 
 __all__ = [
     "CURVE_METHOD",
@@ -295,7 +295,7 @@ def dpsgd_decision_sigma(noise_multiplier: float) -> float:
     """The noise multiplier whose curve a sequential DP-SGD test must be below to stop.
 
     σ·2^(−½/32): the largest σ below the claimed σ on the grid of
-    :func:`dpaudit.claim_curve.effective_noise_multiplier`. Its curve lies below the
+    :func:`dpaudit.bounds.claim_curve.effective_noise_multiplier`. Its curve lies below the
     claim's (Dong, Roth, Su 2022, Prop. 2.8), so a point below it is below the claim's
     curve too; and the effective noise multiplier σ′ of that point is then below σ, so
     the ε of σ′ exceeds the accountant's ε exactly when the test stops with a violation
@@ -332,7 +332,7 @@ def dpsgd_curve_bound(
 ) -> tuple[EpsilonBound, float]:
     """The bound a sequential DP-SGD claim-curve test stopped with, as an ε to hold
     against the accountant's (the fixed design's reading,
-    :func:`dpaudit.claim_curve.claim_curve_epsilon`), and that accountant ε at ``delta``.
+    :func:`dpaudit.bounds.claim_curve.claim_curve_epsilon`), and that accountant ε at ``delta``.
 
     Its value is the accountant's ε at δ of the effective noise multiplier σ′ of the last
     point when the test stopped with a violation (σ′ < σ, so the value exceeds the
@@ -434,7 +434,7 @@ def whitebox_dpsgd_scores(
     Poisson DP-SGD steps with a Dirac gradient canary (C = 1): per step the canary's
     coordinate is N(0, σ²) without the canary and N(b, σ²), b ~ Bernoulli(q), with it;
     the score is the sum of the per-step log-likelihood ratios at that σ
-    (:func:`dpaudit.whitebox.mixture_log_likelihood_ratio`), the Neyman–Pearson test of
+    (:func:`dpaudit.theory.whitebox.mixture_log_likelihood_ratio`), the Neyman–Pearson test of
     the transcript.
 
     Returns:

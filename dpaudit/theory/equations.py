@@ -68,8 +68,8 @@ from numpy.typing import ArrayLike, NDArray
 from scipy import special
 
 from dpaudit.errors import DpauditError, check_in_interval
-from dpaudit.identification import GDPIdentification, identify_bracket
 from dpaudit.theory import Profile, gdp_bracket, gdp_delta, refined_profile
+from dpaudit.theory.identification import GDPIdentification, identify_bracket
 
 __all__ = [
     "BUILTIN_EQUATIONS",
@@ -513,7 +513,7 @@ class EquationIdentification:
         tail_source: "closed form" or "numerical (μ_A at ε = 2^k, ...)".
         tail_epsilons, tail_mus: μ_A of the naive profile at growing ε (log space).
         refined: the measurement of the refined profile on [0, ε_max] (a
-            :class:`~dpaudit.identification.GDPIdentification`); when ``gdp`` is False
+            :class:`~dpaudit.theory.identification.GDPIdentification`); when ``gdp`` is False
             its bracket holds only up to ``refined.bracket.epsilon_max``.
         tail_high: a μ that dominates the naive (hence the refined) profile on
             [ε_max, 4096], from cells of a geometric grid in log space (inf when none

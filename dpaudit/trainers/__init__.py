@@ -4,7 +4,7 @@ A trainer trains K models, model ``k`` on the rows ``i`` of ``X`` with
 ``membership[k, i]``, and returns what the audit needs: the canary's score under every
 model (or the models, from which the audit computes black-box scores) and **what it
 actually ran** — a :class:`~dpaudit.records.DPSGDRecord` per model, which the
-accountant turns into ε(δ) and μ, or a :class:`~dpaudit.upper_bounds.Claim` (ε, δ, μ) for
+accountant turns into ε(δ) and μ, or a :class:`~dpaudit.accounting.upper_bounds.Claim` (ε, δ, μ) for
 procedures without a DP-SGD accountant. The upper bound of the audit is read from that
 output, never from the configuration.
 
@@ -38,7 +38,7 @@ returning a :class:`TrainerOutput` (or a dict with the same keys): ``scores`` (K
 (larger = "canary in") or ``models`` (a ModelStack, scored black-box by the audit), and
 ``records`` (one DPSGDRecord per model) or ``claim`` (a Claim, or a dict
 ``{"epsilon": .., "delta": .., "mu": ..}``), and optionally ``observations`` (a
-:class:`~dpaudit.greybox.GreyBoxObservations` of what ran step by step: batch sizes,
+:class:`~dpaudit.bounds.greybox.GreyBoxObservations` of what ran step by step: batch sizes,
 clipped norms, the noise on a coordinate no example touches, steps), which the audit
 turns into grey-box gate checks.
 
@@ -54,7 +54,7 @@ of a model's transcript gives a valid audit, but its power depends on the choice
   for full-batch DP-GD, 1 if it does not divide), so that x_t ~ N(0, σ²C²) without
   the canary and (1 − q)·N(0, σ²C²) + q·N(C, σ²C²) with it, and return
   Σ_t ``mixture_log_likelihood_ratio(x_t, sampling_rate=q, noise_multiplier=σ,
-  clipping_norm=C)`` (re-exported here from :mod:`dpaudit.whitebox`). By the
+  clipping_norm=C)`` (re-exported here from :mod:`dpaudit.theory.whitebox`). By the
   Neyman–Pearson lemma this is the most powerful test of "canary out" against
   "canary in" when the canary's coordinate is touched by no real gradient; for full
   batch (q = 1) it is an increasing affine map of the plain sum. Use the q, σ and C
@@ -77,17 +77,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpaudit import erm, theory
+from dpaudit import theory
+from dpaudit.accounting.upper_bounds import Claim
+from dpaudit.bounds.greybox import GreyBoxObservations
 from dpaudit.errors import ConfigError, DpauditError, check_choice
-from dpaudit.greybox import GreyBoxObservations
 from dpaudit.models import ModelSpec, ModelStack
 from dpaudit.plugins import load_plugin
-from dpaudit.recipes import sampling_plan
 from dpaudit.records import DPSGDRecord
 from dpaudit.safe_text import one_line
+from dpaudit.theory import erm
+from dpaudit.theory.whitebox import WHITE_BOX_SCORES, mixture_log_likelihood_ratio
 from dpaudit.training import GradientCanary, StepInfo, TrainingSpec, train_many
-from dpaudit.upper_bounds import Claim
-from dpaudit.whitebox import WHITE_BOX_SCORES, mixture_log_likelihood_ratio
+from dpaudit.training.sampling import sampling_plan
 
 __all__ = [
     "TRAINERS",
@@ -162,7 +163,7 @@ class TrainerOutput:
         claim: the (ε, δ)/μ guarantee of what ran, for trainers without a record.
         observations: what the trainer saw itself run, step by step (batch sizes, clipped
             norms, the noise on an untouched coordinate, steps), for the grey-box checks
-            of :mod:`dpaudit.greybox`; ``None`` leaves those checks not evaluated.
+            of :mod:`dpaudit.bounds.greybox`; ``None`` leaves those checks not evaluated.
     """
 
     scores: np.ndarray | None = field(default=None, repr=False)
@@ -259,13 +260,13 @@ class _ProjectionObserver:
       and weight decay are 0, so this is the summed update up to a positive factor,
       which changes no threshold test.
     * ``log_likelihood_ratios`` (with ``mixture``): the sum over steps of
-      :func:`dpaudit.whitebox.mixture_log_likelihood_ratio` of the projection rescaled
+      :func:`dpaudit.theory.whitebox.mixture_log_likelihood_ratio` of the projection rescaled
       to the noisy sum's units. The engine divides (clipped sum + N(0, σ²C²) noise +
       canary) by the expected batch size q·n (n for full batch), so multiplying the
       projection by that divisor gives x_t = noise + C·[canary sampled] exactly (up to
       rounding) on a coordinate that no real gradient touches. By the Neyman–Pearson
       lemma this sum is the most powerful score against (1 − q)N(0, σ²C²) + qN(C, σ²C²)
-      per step (see :mod:`dpaudit.whitebox`).
+      per step (see :mod:`dpaudit.theory.whitebox`).
 
     Models that have finished their steps (``info.active`` false) add nothing to either.
     """
@@ -352,7 +353,7 @@ class _Mixture:
 def _mixture(membership: np.ndarray, training: TrainingSpec, score: str) -> _Mixture | None:
     """The run's mixture parameters, or ``None`` when the score is the plain sum.
 
-    q and T come from :func:`dpaudit.recipes.sampling_plan`, the formula the engine runs;
+    q and T come from :func:`dpaudit.training.sampling.sampling_plan`, the formula the engine runs;
     the divisor is the engine's expected batch size q·n (n for full batch).
 
     Raises:
@@ -675,7 +676,7 @@ def _binary_labels(y: np.ndarray, settings: TrainerSettings, name: str) -> np.nd
 
 #: The exact minimisers of regularised logistic regression (Newton, float64, once per
 #: distinct membership row; ``average = False`` is the planted "no 1/n" bug of the tests),
-#: re-exported from :mod:`dpaudit.erm`, where the worst-case pair search uses them too.
+#: re-exported from :mod:`dpaudit.theory.erm`, where the worst-case pair search uses them too.
 regularised_logistic_optimum = erm.regularised_logistic_optimum
 
 

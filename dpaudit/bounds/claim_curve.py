@@ -46,6 +46,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import special
 
+from dpaudit import accounting
 from dpaudit.bounds import (
     THRESHOLD_STRATEGIES,
     EpsilonBound,
@@ -53,6 +54,7 @@ from dpaudit.bounds import (
     _rate_level,
     _split_samples,
 )
+from dpaudit.bounds.threshold_search import best_threshold
 from dpaudit.errors import (
     DpauditError,
     InsufficientTrialsError,
@@ -68,7 +70,6 @@ from dpaudit.theory import (
     tradeoff_laplace,
     tradeoff_randomized_response,
 )
-from dpaudit.threshold_search import best_threshold
 from dpaudit.tradeoff import GridCounts, TradeoffCurve, as_scores
 
 __all__ = [
@@ -208,11 +209,10 @@ def randomized_response_claim(p: float) -> ClaimCurve:
 def _dpsgd_profile(sigma: float, q: float, steps: int) -> NDArray[np.float64]:
     # One PLD per (σ, q, T): about a second each, so the σ′ search and repeated audits
     # reuse them. The accountant (dp-accounting, with scipy.stats and scipy.optimize) is
-    # imported only here, so mechanism audits that test other curves never load it.
-    from dpaudit.accounting import dpsgd_event, privacy_profile
-
-    event = dpsgd_event(noise_multiplier=sigma, sampling_rate=q, steps=steps)
-    deltas: NDArray[np.float64] = privacy_profile(event, PROFILE_EPSILONS)
+    # loaded only here (dpaudit.accounting loads it on first use), so mechanism audits that
+    # test other curves never load it.
+    event = accounting.dpsgd_event(noise_multiplier=sigma, sampling_rate=q, steps=steps)
+    deltas: NDArray[np.float64] = accounting.privacy_profile(event, PROFILE_EPSILONS)
     deltas.setflags(write=False)
     return deltas
 
@@ -284,7 +284,7 @@ def gdp_curve_parameter(fpr_high: ArrayLike, fnr_high: ArrayLike) -> NDArray[np.
 def _probit_margin(curve: ClaimCurve) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """How far (u0, u1) lies below the curve, in probit units: Φ⁻¹(f(u0)) − Φ⁻¹(u1),
     floored at 0. Non-increasing in both limits (f is non-increasing), ≥ 0, and 0 at
-    u1 = 1, as :func:`dpaudit.threshold_search.best_threshold` requires. It is > 0
+    u1 = 1, as :func:`dpaudit.bounds.threshold_search.best_threshold` requires. It is > 0
     exactly when u1 < f(u0): the violation event. Probit units weigh a point near a
     corner (small rates) as much as one in the middle."""
 
@@ -383,7 +383,7 @@ def claim_curve_test(
             (default: the probit margin below the curve, 0 wherever the point is above
             it). It only chooses, so any rule keeps the level; it must be ≥ 0,
             non-increasing in both limits and 0 at ``fnr_high`` = 1
-            (:func:`dpaudit.threshold_search.best_threshold`). A family's parameter
+            (:func:`dpaudit.bounds.threshold_search.best_threshold`). A family's parameter
             (:func:`laplace_curve_parameter`, :func:`gdp_curve_parameter`) also ranks the
             thresholds whose points lie above the curve.
 
@@ -669,9 +669,8 @@ def effective_noise_multiplier(
         # full batch: exactly √T/σ-GDP, whose ε at δ is closed-form (Cor. 2.13)
         eps = gdp_epsilon(math.sqrt(t) / s, d)
     else:
-        from dpaudit.accounting import dpsgd_event, epsilon
-
-        eps = epsilon(dpsgd_event(noise_multiplier=s, sampling_rate=q, steps=t), delta=d)
+        event = accounting.dpsgd_event(noise_multiplier=s, sampling_rate=q, steps=t)
+        eps = accounting.epsilon(event, delta=d)
     return EffectiveNoise(s, float(eps), d, q, t, confidence_level, assumption)
 
 
@@ -838,13 +837,13 @@ def claim_curve_epsilon(
     """
     claim = dpsgd_claim(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate, steps=steps)
     d = check_in_interval("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
-    from dpaudit.accounting import dpsgd_event, epsilon
-
-    event = dpsgd_event(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate, steps=steps)
+    event = accounting.dpsgd_event(
+        noise_multiplier=noise_multiplier, sampling_rate=sampling_rate, steps=steps
+    )
     accountant = (
         gdp_epsilon(math.sqrt(steps) / noise_multiplier, d)
         if sampling_rate == 1.0
-        else float(epsilon(event, delta=d))
+        else float(accounting.epsilon(event, delta=d))
     )
     test = claim_curve_test(
         negative_scores,

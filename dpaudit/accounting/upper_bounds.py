@@ -15,9 +15,11 @@ import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
+# dp-accounting's accountants load on first use (dpaudit.accounting is lazy): an audit
+# file that states a claim is validated without them.
+from dpaudit import accounting
 from dpaudit.records import DPSGDRecord
 from dpaudit.theory import full_batch_zcdp, gdp_epsilon, mu_from_pure_dp, zcdp_to_dp
 
@@ -41,7 +43,7 @@ class Claim:
 
     A ρ-zCDP claim (``rho``, alone) is held as (ρ + 2√(ρ ln(1/δ)), δ)-DP at the audit's δ
     (Bun, Steinke 2016, Prop. 1.3) and implies no μ-GDP bound
-    (:func:`dpaudit.upper_bounds.from_claim`).
+    (:func:`dpaudit.accounting.upper_bounds.from_claim`).
     """
 
     epsilon: float | None = None
@@ -91,7 +93,7 @@ class UpperBound:
 @functools.lru_cache(maxsize=64)
 def _poisson_epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
     # Cached: PLD composition dominates small audits; a record's ε depends on it alone.
-    return _accounting().dpsgd_epsilon(
+    return accounting.dpsgd_epsilon(
         noise_multiplier=sigma, sampling_rate=q, steps=steps, delta=delta
     )
 
@@ -99,18 +101,10 @@ def _poisson_epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
 @functools.lru_cache(maxsize=64)
 def _poisson_mu_high(sigma: float, q: float, steps: int) -> tuple[float, float]:
     """(μ_high, tail δ) of the GDP measurement of the record's PLD profile."""
-    bracket = _accounting().mu_bracket(
-        _accounting().dpsgd_event(noise_multiplier=sigma, sampling_rate=q, steps=steps)
+    bracket = accounting.mu_bracket(
+        accounting.dpsgd_event(noise_multiplier=sigma, sampling_rate=q, steps=steps)
     )
     return bracket.high, bracket.tail_delta
-
-
-def _accounting() -> ModuleType:
-    """dp-accounting's accountants (:mod:`dpaudit.accounting`), loaded on first use: an
-    audit file that states a claim is validated without them."""
-    import dpaudit.accounting
-
-    return dpaudit.accounting
 
 
 def from_records(
@@ -357,8 +351,8 @@ def _epsilon_values(
         exact = _full_batch_epsilon(record, delta)
         return exact, exact, record
     return (
-        _accounting().epsilon_floor(record, delta=delta, above=stated),
-        _accounting().epsilon(record, delta=delta),
+        accounting.epsilon_floor(record, delta=delta, above=stated),
+        accounting.epsilon(record, delta=delta),
         record,
     )
 
@@ -374,7 +368,7 @@ def _check_mu(stated: float, runs: list[DPSGDRecord]) -> ClaimCheck:
         if _full_batch(r):
             mu = math.sqrt(r.steps) / r.noise_multiplier
             return mu, mu, r
-        return _accounting().mu_floor(r), _accounting().mu_bracket(r).high, r
+        return accounting.mu_floor(r), accounting.mu_bracket(r).high, r
 
     worst = max((values(r) for r in runs), key=lambda x: x[0])
     return _verdict("mu", "μ", stated, "", worst, None, f"μ = {stated:.4g}")

@@ -30,7 +30,7 @@ Every GDP row converts μ to ε at δ with the exact GDP profile
 (:func:`dpaudit.theory.gdp_epsilon`, Dong, Roth, Su 2019, Cor. 2.13).
 
 The per-step μ of ``liu-composition``: a full-batch step is the Gaussian mechanism, which
-:func:`dpaudit.identification.identify_mechanism` identifies as exactly (1/σ)-GDP from
+:func:`dpaudit.theory.identification.identify_mechanism` identifies as exactly (1/σ)-GDP from
 its profile, so the row equals ``gdp-exact``. A Poisson step's trade-off curve is at
 least G_{1/σ}: the step is a post-processing of the full-batch step (keep its output
 with probability q, else replace it by a fresh draw of the no-record output), so its
@@ -39,7 +39,7 @@ amplification by subsampling, since the per-step μ_A(ε) keeps rising with ε (
 that decides GDP in Liu et al.'s identification; see :func:`dpaudit.accounting.mu_bracket`).
 ``liu-measured`` composes instead the per-step μ measured on ε ≤ ε_max (where the
 per-step δ falls to 1e-10; :func:`dpaudit.accounting.mu_bracket`, identified by
-:func:`dpaudit.identification.identify_bracket`): closer to the truth, but not a bound,
+:func:`dpaudit.theory.identification.identify_bracket`): closer to the truth, but not a bound,
 since the measurement ignores the tail beyond ε_max.
 
 Pure: numbers and dp-accounting (through :mod:`dpaudit.accounting`); no torch.
@@ -75,8 +75,8 @@ from scipy import special
 
 from dpaudit import accounting
 from dpaudit.errors import DpauditError, check_in_interval, check_integer
-from dpaudit.identification import identify_bracket, identify_mechanism
 from dpaudit.theory import gdp_epsilon
+from dpaudit.theory.identification import identify_bracket, identify_mechanism
 
 __all__ = [
     "CompositionRow",

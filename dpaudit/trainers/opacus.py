@@ -79,9 +79,9 @@ the model's rows ``X[membership[k]]``, and:
 * **white-box score**: per step, the privatised gradient SUM on the canary coordinate
   (``p.grad`` right after ``add_noise``, before the division by the expected batch size),
   x_t = noise + C·[canary sampled]; the run's score is Σ_t of
-  :func:`dpaudit.whitebox.mixture_log_likelihood_ratio` (``[dpsgd] score =
+  :func:`dpaudit.theory.whitebox.mixture_log_likelihood_ratio` (``[dpsgd] score =
   "likelihood-ratio"``) or the plain sum (``"sum"``), with the q, σ and C that ran.
-* **grey-box observations** (:class:`dpaudit.greybox.GreyBoxObservations`): per step the
+* **grey-box observations** (:class:`dpaudit.bounds.greybox.GreyBoxObservations`): per step the
   realised batch size, the largest clipped per-example norm (each example's norm is passed
   through the optimizer's own ``clip_and_accumulate`` on a probe batch), and the
   privatised sum on a coordinate no example touched. A white-box run with no such
@@ -122,12 +122,12 @@ try:  # an optional extra: the adapter says so, in one line, when a run needs it
 except ImportError:  # pragma: no cover - exercised only without the extra
     opacus = None
 
+from dpaudit.accounting.upper_bounds import Claim
+from dpaudit.bounds.greybox import GreyBoxObservations
 from dpaudit.errors import ConfigError
-from dpaudit.greybox import GreyBoxObservations
 from dpaudit.records import DPSGDRecord
+from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
 from dpaudit.trainers import CanarySetup, CapturedOutput, TrainerOutput, TrainerSettings
-from dpaudit.upper_bounds import Claim
-from dpaudit.whitebox import mixture_log_likelihood_ratio
 
 __all__ = [
     "CANARY_NORM_FACTOR",
