@@ -25,9 +25,9 @@ import time
 import numpy as np
 from scipy import stats
 
+from dpaudit.bounds.greybox import GreyBoxObservations, greybox_tests
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.units import dpsgd_unit, unit_names
-from dpaudit.bounds.greybox import GreyBoxObservations, greybox_tests
 
 RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 400
 FIRST = int(sys.argv[2]) if len(sys.argv) > 2 else 0

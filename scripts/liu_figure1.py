@@ -21,6 +21,8 @@ import matplotlib as mpl
 import numpy as np
 from matplotlib.figure import Figure
 
+from dpaudit.report.plots import _RC, COLOURS
+from dpaudit.theory import gdp_delta
 from dpaudit.theory.equations import (
     PrivacyEquation,
     gdp_comparisons,
@@ -31,8 +33,6 @@ from dpaudit.theory.equations import (
     refined_equation_profile,
     sgd_equation,
 )
-from dpaudit.report.plots import _RC, COLOURS
-from dpaudit.theory import gdp_delta
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "figures" / "liu-figure1.png"
 MUS = (1.0, 2.0, 4.0)
