@@ -37,6 +37,7 @@ EXPECTED_EXIT = {
     "search-svt-violation": 1,
     "floating-naive-violation": 1,
     "floating-numpy-violation": 1,
+    "lm-membership": 1,  # the tiny LM memorised its members: max_auc fails
 }
 # Audits that take minutes, run by hand (`dpaudit run audits/<name>.toml`), never here.
 SLOW = {"reconstruction-sweep", "membership-sweep"}
