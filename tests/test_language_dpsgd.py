@@ -56,7 +56,8 @@ def test_one_noiseless_full_batch_step_is_adam_on_the_clipped_mean() -> None:
     optimiser.step()
     for (name, a), b in zip(lm.model.named_parameters(), twin.model.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7), name
-    assert (record.noise_multiplier, record.sampling_rate, record.steps) == (1.0, 1.0, 1)
+    # the record states the noise that ran: σ · noise_fraction = 0
+    assert (record.noise_multiplier, record.sampling_rate, record.steps) == (0.0, 1.0, 1)
     assert record.dataset_size == 4
 
 

@@ -52,13 +52,13 @@ class DPFineTuning:
     """What one DP fine-tuning run does.
 
     Attributes:
-        noise_multiplier: σ the run is configured (and recorded) with.
+        noise_multiplier: σ the run is configured with.
         clipping_norm: C.
         sampling_rate: q, each record's Poisson inclusion probability per step.
         steps: T.
         learning_rate: Adam's step size.
-        noise_fraction: the share of σ the run actually adds (1: correct; 0.1 plants the
-            bug "noise divided by 10" that the record does not show, as a bug would not).
+        noise_fraction: the share of σ the run adds (1: correct; 0.1 divides the noise by
+            10, for testing). The record states the noise that ran, σ·noise_fraction.
     """
 
     noise_multiplier: float
@@ -120,7 +120,7 @@ def dp_finetune(
     what it gets alone.
 
     Returns:
-        The record of the run (σ as configured, q, T, C, Poisson sampling, N).
+        The record of what ran (the σ it added, q, T, C, Poisson sampling, N).
     """
     if not records:
         raise ConfigError("DP fine-tuning needs at least one record")
@@ -159,7 +159,7 @@ def dp_finetune(
             optimiser.step()
             params = {k: v.detach() for k, v in lm.model.named_parameters()}
     return DPSGDRecord(
-        noise_multiplier=run.noise_multiplier,
+        noise_multiplier=run.noise_multiplier * run.noise_fraction,
         sampling_rate=run.sampling_rate,
         steps=run.steps,
         clipping_norm=run.clipping_norm,
