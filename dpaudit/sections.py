@@ -173,6 +173,8 @@ TARGET_FORMATS: dict[str, tuple[str, ...]] = {
     "skops": (".skops",),
     "onnx": (".onnx",),
     "pickle": (".pkl", ".pickle", ".joblib"),
+    # a folder written by save_pretrained (a causal language model and its tokenizer)
+    "huggingface": (),
 }
 
 
@@ -303,6 +305,12 @@ class TargetSection(Table):
     ``rmia-offline``, ``auto``), else none (every row stays audited). With rows already
     left empty (a population of your own) ``population_share`` must not be given.
 
+    A causal language model is ``format = "huggingface"`` with ``path`` its folder (what
+    ``save_pretrained`` writes), ``members`` and ``non_members`` text files (JSONL field
+    ``"text"``, CSV column ``"text"``, or one record per line) and, for the
+    ``reference`` attack, ``reference_paths``: folders of reference language models
+    (:mod:`dpaudit.membership.language_units`).
+
     ``training_accuracy`` is the accuracy your training reported on its training rows,
     if it reported one. A brought target whose accuracy on its own members is at or
     below the majority-class rate of those members, or more than
@@ -327,7 +335,10 @@ class TargetSection(Table):
     input_perturbation: InputPerturbationSection | None = None
     path: Annotated[str, Field(min_length=1)] | None = None
     format: (
-        Literal["safetensors", "torch-export", "torchscript", "skops", "onnx", "pickle"] | None
+        Literal[
+            "safetensors", "torch-export", "torchscript", "skops", "onnx", "pickle", "huggingface"
+        ]
+        | None
     ) = None
     factory: Annotated[str, Field(pattern=r"^[\w.]+:[\w]+$"), NamesCode()] | None = None
     scores: Annotated[str, Field(min_length=1)] | None = None
@@ -340,6 +351,9 @@ class TargetSection(Table):
     preprocess: Annotated[str, Field(min_length=1), NamesCode(suffixes=(".skops",))] | None = None
     population_share: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
     training_accuracy: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    members: Annotated[str, Field(min_length=1)] | None = None
+    non_members: Annotated[str, Field(min_length=1)] | None = None
+    reference_paths: list[Annotated[str, Field(min_length=1)]] = []
 
     @property
     def brought(self) -> bool:
@@ -364,6 +378,8 @@ class TargetSection(Table):
             raise ValueError("[target] give either 'scores' or a model ('path' / 'factory')")
         if self.format is not None and self.path is None:
             raise ValueError("[target] 'format' needs 'path', the model file")
+        if self._check_language_model():
+            return self
         if self.membership is None and own and self.scores is None:
             raise ValueError(
                 "[target] a model of your own needs 'membership': a column of [data] or a "
@@ -375,6 +391,43 @@ class TargetSection(Table):
         self._check_input_perturbation()
         self._check_model_only_keys()
         return self
+
+    def _check_language_model(self) -> bool:
+        """A causal LM (``format = "huggingface"``) is audited on the texts of ``members``
+        and ``non_members``, which no other target reads. True for a language model."""
+        texts = [k for k in ("members", "non_members") if getattr(self, k) is not None]
+        if self.format != "huggingface":
+            if self.reference_paths:
+                texts.append("reference_paths")
+            if texts:
+                raise ValueError(
+                    f"[target] {texts[0]!r} is the text file of a language model; set "
+                    "format = 'huggingface' and path to its folder"
+                )
+            return False
+        missing = [k for k in ("members", "non_members") if k not in texts]
+        if missing:
+            raise ValueError(
+                f"[target] format = 'huggingface' needs {' and '.join(map(repr, missing))}: "
+                "text files (JSONL field 'text', CSV column 'text', or one record per line)"
+            )
+        others = [
+            k
+            for k in (
+                "factory",
+                "membership",
+                "preprocess",
+                "population_share",
+                "training_accuracy",
+            )
+            if getattr(self, k) is not None
+        ]
+        if others or self.references != "recipe":
+            raise ValueError(
+                f"[target] {(others or ['references'])[0]!r} is not read for a language model "
+                "(format = 'huggingface'): members and non_members say which texts trained it"
+            )
+        return True
 
     def _check_model_only_keys(self) -> None:
         """``preprocess``, ``population_share`` and ``training_accuracy`` are about a model

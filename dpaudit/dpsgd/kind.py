@@ -56,6 +56,10 @@ class DpsgdKind(AuditKind[DpsgdSection]):
     description = "canary audits of DP training (DP-SGD, DP-GD, ERM trainers, yours)"
 
     def check_runnable(self, section: DpsgdSection, context: RunContext) -> None:
+        if section.language is not None:
+            if context.sequential is not None:
+                raise ConfigError("[dpsgd.language] is one run; it has no sequential rounds")
+            return
         if context.sequential is not None:  # rounds of a sequential test
             from dpaudit.dpsgd.sequential import check_sequential
 
@@ -79,6 +83,10 @@ class DpsgdKind(AuditKind[DpsgdSection]):
             preflight(X, y, white_box=section.threat_model == "white-box")
 
     def plan(self, section: DpsgdSection, context: RunContext) -> UnitPlan:
+        if section.language is not None:
+            from dpaudit.dpsgd.language import language_plan
+
+            return language_plan(section.language, context)
         if context.sequential is not None:  # rounds of a sequential test
             from dpaudit.dpsgd.sequential import plan_rounds
 
@@ -108,6 +116,8 @@ class DpsgdKind(AuditKind[DpsgdSection]):
         )
 
     def comparisons(self, section: DpsgdSection, context: RunContext, outputs: Outputs) -> int:
+        if section.language is not None:
+            return 1  # the one-run ε and μ bounds share one share; the claim check none
         if context.sequential is not None:  # fixed before the first round trains
             from dpaudit.dpsgd.sequential import COMPARISONS
 
@@ -120,6 +130,10 @@ class DpsgdKind(AuditKind[DpsgdSection]):
     def summarise(
         self, section: DpsgdSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
+        if section.language is not None:
+            from dpaudit.dpsgd.language import language_summary
+
+            return language_summary(section.language, context, outputs, level=level)
         if context.sequential is not None:
             from dpaudit.dpsgd.sequential import sequential_summary
 

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from dpaudit.dpsgd.canaries import INPUT_CANARY_KINDS
+from dpaudit.dpsgd.language_schema import LanguageFineTuningSection
 from dpaudit.plugins import NamesCode
 from dpaudit.sections import ClaimSection, Table, TrainingSection
 
@@ -134,6 +135,9 @@ class DpsgdSection(Table):
         threshold: ``split`` or ``bonferroni`` (see :mod:`dpaudit.bounds`).
         models_per_unit: models per work unit (default ``[execution] unit_size``, capped).
         one_run: optional one-run audit.
+        language: a one-run audit of DP fine-tuning of a causal language model with
+            new-token canaries (:class:`~dpaudit.dpsgd.language_schema.LanguageFineTuningSection`);
+            it is the whole audit: no other ``[dpsgd]`` key is read with it.
         black_box: optional black-box levers (worst-case θ₀, logit-shift score).
         claim: ``[dpsgd.claim]``, the privacy the release claims (``epsilon`` with
             ``delta``, and/or ``mu``): held against the accountant of what ran (the
@@ -164,6 +168,7 @@ class DpsgdSection(Table):
     threshold: Literal["split", "bonferroni"] = "split"
     models_per_unit: Annotated[int, Field(ge=1)] | None = None
     one_run: OneRunSection | None = None
+    language: LanguageFineTuningSection | None = None
     black_box: BlackBoxSection | None = None
     claim: ClaimSection | None = None
 
@@ -186,6 +191,8 @@ class DpsgdSection(Table):
 
     @model_validator(mode="after")
     def _consistent(self) -> DpsgdSection:
+        if self.language is not None:
+            return self._language_alone()
         t = self.trainer
         if t not in BUILTIN_TRAINERS and ":" not in t:
             raise ValueError(
@@ -218,6 +225,17 @@ class DpsgdSection(Table):
         problem = _checkpoints_problem(self)
         if problem is not None:
             raise ValueError(problem)
+        return self
+
+    def _language_alone(self) -> DpsgdSection:
+        """``[dpsgd.language]`` builds, trains and audits its own language model: no
+        other ``[dpsgd]`` key is read with it, so giving one is a mistake."""
+        others = sorted(self.model_fields_set - {"language"})
+        if others:
+            raise ValueError(
+                f"{others[0]!r} is not read with [dpsgd.language], which builds, trains and "
+                "audits its own language model; remove it"
+            )
         return self
 
     @model_validator(mode="after")

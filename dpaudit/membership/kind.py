@@ -24,6 +24,7 @@ from dpaudit.kinds.base import AuditKind, KindSummary, Outputs, RunContext, Shar
 from dpaudit.membership.schema import (
     MembershipSection,
     OwnSpec,
+    check_language_attacks,
     check_variants,
     population_share,
     population_shortfall,
@@ -162,6 +163,10 @@ class MembershipKind(AuditKind[MembershipSection]):
     description = "membership inference on a target dpaudit trains, or on your own model"
 
     def check(self, section: MembershipSection, shared: SharedTables) -> None:
+        language = shared.target.format == "huggingface"
+        check_language_attacks(section, language=language)
+        if language:
+            return  # its member and non-member texts are in [target]
         if shared.data is None and shared.target.scores is None:
             # A scores file carries everything a membership audit needs.
             raise ValueError("audit kind 'membership' needs a [data] table")
@@ -176,7 +181,11 @@ class MembershipKind(AuditKind[MembershipSection]):
         """Load the data (and a brought model) once, before any unit trains or attacks,
         and check that every attack has the population rows it needs (what a unit would
         otherwise say after training)."""
-        if context.shared.target.brought:
+        if context.shared.target.format == "huggingface":
+            from dpaudit.membership.language_units import language_spec, preflight_language
+
+            preflight_language(language_spec(section, context))
+        elif context.shared.target.brought:
             from dpaudit.membership.brought import preflight
 
             preflight(byo_spec(section, context))
@@ -188,6 +197,17 @@ class MembershipKind(AuditKind[MembershipSection]):
 
     def plan(self, section: MembershipSection, context: RunContext) -> UnitPlan:
         sh = context.shared
+        if sh.target.format == "huggingface":
+            from dpaudit.membership.language_units import language_spec, language_unit
+
+            lm = language_spec(section, context)
+            return UnitPlan(
+                fn=language_unit,
+                spec=lm,
+                units=(lm.unit,),
+                key_data=lm.key_data(),
+                description="scoring texts under your language model",
+            )
         if sh.target.brought:
             from dpaudit.membership.brought_units import byo_unit
 

@@ -27,6 +27,11 @@ Attack names (``[membership] attacks``):
   attack model fitted on ``shadow_models`` shadow models (Nasr, Shokri, Houmansadr 2019;
   :mod:`dpaudit.attacks.whitebox`); reads the parameters of a target dpaudit trains.
 
+- ``"zlib"``, ``"min-k"``, ``"min-k++"``, ``"reference"`` (and ``"loss"``): the attacks on
+  a causal language model (``[target] format = "huggingface"``), defined in
+  :mod:`dpaudit.language.attacks`; ``reference`` needs ``[target] reference_paths``.
+  ``min_k_fraction`` is Min-K%'s k (default 0.2).
+
 ``headline`` names the attack whose one-run bound enters the verdict (and so the report's
 headline and the gate's bound checks); the other attacks' tests (metrics, curves, their
 own one-run and heuristic bounds in the test's details) still go into results.json.
@@ -58,8 +63,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_ATTACKS",
+    "DEFAULT_LANGUAGE_ATTACKS",
     "DEFAULT_POPULATION_SHARE",
     "INPUT_PERTURBATION",
+    "LANGUAGE_ATTACKS",
     "POPULATION_NEEDED",
     "REFERENCE_ATTACKS",
     "RMIA_ATTACKS",
@@ -72,7 +79,9 @@ __all__ = [
     "OwnSpec",
     "SweepSection",
     "TargetSpec",
+    "check_language_attacks",
     "check_variants",
+    "language_attacks",
     "population_share",
     "population_shortfall",
     "variants",
@@ -94,10 +103,19 @@ Attack = Literal[
     "rmia-offline",
     "auto",
     "whitebox",
+    "zlib",
+    "min-k",
+    "min-k++",
+    "reference",
 ]
-#: Attacks that read one shared reference set (LiRA's variants and RMIA): all but two.
+#: The attacks on a causal language model (``[target] format = "huggingface"``); ``loss``
+#: is the one attack both kinds of target take (:mod:`dpaudit.language.attacks`).
+LANGUAGE_ATTACKS: tuple[Attack, ...] = ("loss", "zlib", "min-k", "min-k++", "reference")
+#: A language model's attacks when ``[membership] attacks`` is not given.
+DEFAULT_LANGUAGE_ATTACKS: tuple[Attack, ...] = ("loss", "zlib", "min-k", "min-k++")
+#: Attacks that read one shared reference set (LiRA's variants and RMIA).
 REFERENCE_ATTACKS: tuple[Attack, ...] = tuple(
-    a for a in get_args(Attack) if a not in ("loss", "shadow", "whitebox")
+    a for a in get_args(Attack) if a not in ("loss", "shadow", "whitebox", *LANGUAGE_ATTACKS)
 )
 #: Attacks that read RMIA's options ("auto" has RMIA among its candidates).
 RMIA_ATTACKS: tuple[Attack, ...] = ("rmia", "rmia-offline", "auto")
@@ -227,6 +245,7 @@ class MembershipSection(Table):
     rmia_gamma: Annotated[float, Field(gt=0.0)] = 1.0
     rmia_population_samples: Annotated[int, Field(ge=1)] = 1000
     sweep: SweepSection | None = None
+    min_k_fraction: Annotated[float, Field(gt=0.0, le=1.0)] = 0.2
 
     @model_validator(mode="after")
     def _headline_is_listed(self) -> MembershipSection:
@@ -243,6 +262,37 @@ class MembershipSection(Table):
                 f"{self.reference_models}. Raise reference_models or list another attack."
             )
         return self
+
+
+def language_attacks(section: MembershipSection) -> list[str]:
+    """A language model's attacks: ``[membership] attacks`` when the file gives them, else
+    :data:`DEFAULT_LANGUAGE_ATTACKS`."""
+    if "attacks" in section.model_fields_set:
+        return list(section.attacks)
+    return list(DEFAULT_LANGUAGE_ATTACKS)
+
+
+def check_language_attacks(section: MembershipSection, *, language: bool) -> None:
+    """``ValueError`` when an attack does not fit the target: the language attacks need a
+    language model, and a language model takes only those."""
+    if language:
+        wrong = [a for a in language_attacks(section) if a not in LANGUAGE_ATTACKS]
+        if wrong:
+            raise ValueError(
+                f"[membership] attacks {wrong} need a classifier; a language model "
+                f"(format = 'huggingface') takes {', '.join(LANGUAGE_ATTACKS)}"
+            )
+        if section.sweep is not None:
+            raise ValueError("[membership.sweep] trains its own targets; a language model is yours")
+        return
+    wrong = [a for a in section.attacks if a in LANGUAGE_ATTACKS and a != "loss"]
+    if wrong:
+        raise ValueError(
+            f"[membership] attacks {wrong} score texts under a causal language model: "
+            "give [target] format = 'huggingface', path, members and non_members"
+        )
+    if "min_k_fraction" in section.model_fields_set:
+        raise ValueError("[membership] min_k_fraction is read only for a language model")
 
 
 class AttributeSection(Table):

@@ -144,6 +144,12 @@ def _info(part: Mapping[str, np.ndarray]) -> dict[str, Any]:
     return out
 
 
+def _attacks(info: Mapping[str, Any]) -> list[str]:
+    """A brought target's unit holds one attack (``"attack"``), a language model's unit
+    every attack (``"attacks"``, one row of its scores each)."""
+    return list(info["attacks"]) if "attacks" in info else [info["attack"]]
+
+
 def entries(section: MembershipSection, context: RunContext, outputs: Outputs) -> list[Entry]:
     """Every stored (target, attack), in the order the file lists them, and where its
     bounds go: what ``comparisons`` counts and ``summarise`` spends.
@@ -155,7 +161,11 @@ def entries(section: MembershipSection, context: RunContext, outputs: Outputs) -
     if context.shared.target.brought:
         # dpaudit does not know how a brought target was trained: no bound is held
         order: dict[str, int] = {name: i for i, name in enumerate(section.attacks)}
-        found = [Entry(u, 0, _info(p)["attack"], True, False) for u, p in outputs.items()]
+        found = [
+            Entry(u, i, a, True, False)
+            for u, p in outputs.items()
+            for i, a in enumerate(_attacks(_info(p)))
+        ]
         return sorted(found, key=lambda e: order.get(e.attack, 0))
     out = []
     for unit in sorted(outputs, key=lambda u: int(u.split("-")[1])):
@@ -439,7 +449,10 @@ def _brought_summary(
         if "population_split" in info:
             target["population_split"] = info["population_split"]
         scores = np.asarray(part["scores"], dtype=np.float64)
-        scored = AttackScores(e.attack, info["options"], scores, 0.0)
+        options = info["options"]
+        if "attacks" in info:  # a language model's unit: a row and options per attack
+            scores, options = scores[e.position], options[e.attack]
+        scored = AttackScores(e.attack, options, scores, 0.0)
         outcome = summarise_attack(
             scored,
             membership,
@@ -488,6 +501,8 @@ def _brought_warnings(section: MembershipSection, context: RunContext, coin_note
     """What the report must say of a brought target before its tests."""
     t = context.shared.target
     warnings = [] if t.membership_by_coin else [coin_note]
+    if t.format == "huggingface":
+        return warnings  # its attacks read the model alone (reference: the user's models)
     attacks = list(section.attacks)
     if t.scores is None and set(TRAINS_REFERENCES) & set(attacks) and t.references == "recipe":
         warnings.append(RECIPE_NOTE)  # a caveat only when the recipe stands in for yours
