@@ -4,7 +4,7 @@
 The argument. The audit's verdict counts a violation when the one-run ε bound (Steinke,
 Nasr, Jagielski 2023, Thm. 3.1) exceeds the accountant's ε or the f-DP one-run μ bound
 (Mahloujifar, Melis, Chaudhuri 2025) exceeds the high end of the accountant's μ bracket,
-both computed under one share (dpaudit.fdp_one_run.one_run_bounds). Both theorems need
+both computed under one share (dpaudit.bounds.fdp_one_run.one_run_bounds). Both theorems need
 only (i) independent fair coins for the canaries and (ii) a mechanism that is (ε, δ)-DP,
 resp. μ-GDP, in each canary; the model and the score may be anything. A mechanism that
 meets both upper bounds exactly where it matters is the Gaussian release
@@ -29,10 +29,10 @@ import time
 import numpy as np
 from scipy.stats import binom
 
-from dpaudit.fdp_one_run import one_run_bounds
+from dpaudit.accounting.upper_bounds import from_records
+from dpaudit.bounds.fdp_one_run import one_run_bounds
 from dpaudit.records import DPSGDRecord
 from dpaudit.theory import gdp_mu
-from dpaudit.upper_bounds import from_records
 
 # The shipped example's run (audits/lm-canary.toml).
 RECORD = DPSGDRecord(noise_multiplier=3.0, sampling_rate=0.05, steps=300, clipping_norm=1.0)

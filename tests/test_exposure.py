@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from dpaudit.errors import DataError
 from dpaudit.bounds.exposure import estimated_exposure, exposure, rank
+from dpaudit.errors import DataError
 
 
 def test_exact_exposure_by_hand() -> None:

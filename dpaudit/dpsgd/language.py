@@ -9,7 +9,7 @@ canary is scored by the final model's log-probability of its new token after its
 The summary reads the one-run ε bound (Steinke, Nasr, Jagielski 2023, Thm. 3.1: the top
 r/2 scores guessed in, the bottom r/2 out) and the f-DP one-run μ bound (Mahloujifar,
 Melis, Chaudhuri 2025) under ONE share of the verdict's budget
-(:func:`dpaudit.fdp_one_run.one_run_bounds`), held against the accountant of the run's
+(:func:`dpaudit.bounds.fdp_one_run.one_run_bounds`), held against the accountant of the run's
 record (its ε at the audit's δ, and the high end of its μ bracket); the stronger of the
 two decides. Why it is valid: each canary is one training record, included by a fair
 coin independent of everything else, and DP-SGD with Poisson sampling is (ε, δ)-DP (and
@@ -17,7 +17,7 @@ coin independent of everything else, and DP-SGD with Poisson sampling is (ε, δ
 accountant's values for the record's (σ, q, T); the score is a function of the released
 model alone. Those are the premises of both theorems, whatever the model or the score.
 A stated ``claim_epsilon`` is held against the same record by the deterministic claim
-check (:func:`dpaudit.upper_bounds.check_claim`), which takes no share.
+check (:func:`dpaudit.accounting.upper_bounds.check_claim`), which takes no share.
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ from typing import Any
 
 import numpy as np
 
+from dpaudit.accounting.upper_bounds import Claim, check_claim, from_records
+from dpaudit.bounds.fdp_one_run import one_run_bounds, stronger
 from dpaudit.dpsgd.language_schema import LanguageFineTuningSection
-from dpaudit.fdp_one_run import one_run_bounds, stronger
 from dpaudit.kinds.base import KindSummary, Outputs, RunContext, UnitPlan
 from dpaudit.language.finetune import DPFineTuning, canary_scores, canary_tokens, dp_finetune
 from dpaudit.language.tiny import build_tiny_lm, generate_texts, train_plain
 from dpaudit.records import DPSGDRecord
 from dpaudit.results import Check, Comparison, score_summary
 from dpaudit.sections import Table
-from dpaudit.upper_bounds import Claim, check_claim, from_records
 
 __all__ = ["LANGUAGE_UNIT", "LanguageRunSpec", "language_plan", "language_summary", "language_unit"]
 
