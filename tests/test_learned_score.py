@@ -393,8 +393,12 @@ def test_a_learned_unit_holds_raw_outputs_and_the_learner_is_not_part_of_its_key
     key = KIND.plan(section, context).key("mechanism")
     other = section.model_copy(update={"learner": "knn", "fit_fraction": 0.5})
     assert KIND.plan(other, context).key("mechanism") == key
+    # no score key: "auto" learns a score for a user mechanism, from the very same units
     plain = section.model_copy(update={"score": None})
-    assert KIND.plan(plain, context).key("mechanism") != key
+    assert KIND.plan(plain, context).key("mechanism") == key
+    # ... while units that hold a fixed score's values are other units
+    scored = section.model_copy(update={"score": None, "log_density": "plugins.x:density"})
+    assert KIND.plan(scored, context).key("mechanism") != key
 
 
 # ------------------------------------------------------------ the audit file and CLI
