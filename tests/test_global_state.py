@@ -31,7 +31,10 @@ def test_loggers_get_back_their_levels_and_handlers() -> None:
         created.addHandler(logging.NullHandler())
     try:
         assert (root.level, root.handlers) == before["root"]
-        assert (models.level, models.handlers) == (before["dpaudit.models"][0], [kept])
+        assert (models.level, models.handlers) == (
+            before["dpaudit.models"][0],
+            [*before["dpaudit.models"][1], kept],
+        )
         assert (created.level, created.handlers) == (logging.NOTSET, [])
     finally:
         models.removeHandler(kept)
