@@ -69,3 +69,23 @@ def global_state_restored() -> Iterator[None]:
 def _global_state() -> Iterator[None]:
     with global_state_restored():
         yield
+
+
+#: Tests measured at several CPU-seconds each (``tests/slow_tests.txt``, one node id a line,
+#: with its measured CPU seconds after a ``#``) run in ``make test-slow``, as the tests
+#: marked ``@pytest.mark.slow`` do: CI runs both sets; ``make test`` keeps the fast one.
+_SLOW_LIST = os.path.join(os.path.dirname(__file__), "slow_tests.txt")
+
+
+def _listed_slow() -> frozenset[str]:
+    with open(_SLOW_LIST, encoding="utf-8") as lines:
+        return frozenset(
+            line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()
+        )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    slow = _listed_slow()
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)

@@ -95,7 +95,10 @@ def test_shipped_audit_runs(audit: str, tmp_path: Path) -> None:
     for row, want in zip(got, golden["bounds"], strict=True):
         for key in KEYS:
             if isinstance(want[key], float):
-                assert row[key] == pytest.approx(want[key], rel=1e-12, abs=1e-15), (row, key)
+                # Relative 1e-9: the accountant's PLD (an FFT convolution) and libm differ in
+                # the last few ulps across CPU kernels (measured: 5.457579926027164 against
+                # 5.457579926011994, relative 2.8e-12); every reported digit is far above it.
+                assert row[key] == pytest.approx(want[key], rel=1e-9, abs=1e-15), (row, key)
             else:
                 assert row[key] == want[key], (row, key)
     assert data["verdict"] == golden["verdict"]

@@ -92,7 +92,8 @@ def test_a_run_directory_of_the_previous_release_is_reused(
     assert saved == []
     assert any(line.startswith("mechanism: reused 2 of 2 units") for line in lines), lines
     data = json.loads(result.to_json())
-    assert data["provenance"]["config_hash"] == expected["config_hash"]
+    # (the file's config_hash may change: new tables with defaults enter it; the units' keys
+    # are what must survive, and they did: nothing was saved)
     assert data["verdict"] == expected["verdict"]
     got = [
         {"test": b["test"], "parameter": b["parameter"], "lower": b["lower"]["value"]}

@@ -31,14 +31,18 @@ pytest_plugins = ["pytester"]
 _INSTALLED = any(
     ep.value == "dpaudit.testing" for ep in importlib.metadata.entry_points(group="pytest11")
 )
+# The inner sessions keep file order (-p no:randomly): the assertions read their lines in
+# that order.
 PLUGIN = (
-    ("-p", "no:cacheprovider")
+    ("-p", "no:cacheprovider", "-p", "no:randomly")
     if _INSTALLED
     else (
         "-p",
         "dpaudit.testing",
         "-p",
         "no:cacheprovider",
+        "-p",
+        "no:randomly",
         "-W",
         "ignore::pytest.PytestAssertRewriteWarning",
     )

@@ -21,8 +21,9 @@ from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
 from typer.testing import CliRunner
 
-import dpaudit.audit
+import dpaudit.session
 from dpaudit.cli import app
+from dpaudit.config import load_config
 from dpaudit.membership.schema import DEFAULT_ATTACKS, MembershipSection
 from dpaudit.notebook import audit_model
 from dpaudit.sections import GateSection
@@ -43,11 +44,11 @@ def test_a_notebook_audit_with_no_options_runs_the_files_defaults(
     X, y = rows
     seen: dict[str, Any] = {}
 
-    def capture(config: Any, **_: Any) -> Any:
-        seen["config"] = config
+    def capture(audit_file: Path, **_: Any) -> Any:
+        seen["config"] = load_config(audit_file)  # the file audit_model wrote, as run sees it
         raise RuntimeError("captured")
 
-    monkeypatch.setattr(dpaudit.audit, "run_audit", capture)
+    monkeypatch.setattr(dpaudit.session, "run_session", capture)
     model = LogisticRegression().fit(X[:N], y[:N])
     with pytest.raises(RuntimeError, match="captured"):
         audit_model(model, X[:N], y[:N], X[N:], y[N:], output_dir=tmp_path)
@@ -101,7 +102,7 @@ def test_every_surface_gives_the_same_verdict_and_metrics(
         output_dir=tmp_path / "notebook",
         report=False,
     )
-    audit_file = tmp_path / "notebook" / "inputs" / "audit.toml"
+    (audit_file,) = (tmp_path / "notebook").glob("inputs-*/audit.toml")  # audit_model's own folder
     # The CLI on the file the notebook wrote, in its own run directory.
     cli = CliRunner().invoke(app, ["run", str(audit_file), "-q", "-o", str(tmp_path / "cli")])
     assert cli.exit_code == (0 if notebook.verdict == "pass" else 1), cli.output
