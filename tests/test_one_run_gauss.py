@@ -325,6 +325,9 @@ def test_reported_never_in_the_verdict_and_no_check_reads_it() -> None:
     assert by_name["fail_on_violation"].passed
     # the ε policy reads only rigorous ε bounds; the Gaussian-pair μ is not among them
     assert "ε lower bound" in by_name["max_epsilon_lower_bound"].message
-    # and with only the Gaussian-pair bound, nothing is evaluated by the violation policy
+    # and with only the Gaussian-pair bound, the violation policy has nothing to compare:
+    # left at its default it is not applicable, set by the file it is not evaluated
     alone = evaluate_gate(GateSection(on_unmeasured="warn"), comparisons=(g,), tests=())
-    assert alone[0].status == "not-evaluated"
+    assert alone[0].status == "not-applicable"
+    asked = GateSection(on_unmeasured="warn", fail_on_violation=True)
+    assert evaluate_gate(asked, comparisons=(g,), tests=())[0].status == "not-evaluated"

@@ -133,7 +133,11 @@ def _bases() -> list[dict[str, Any]]:
         "target": {"factory": "basefactory:build", "membership": "member"},
         "membership": {"attacks": ["loss"]},
     }
-    return [user_mechanism, brought, *(_example(k) for k in kind_names())]
+    fine_tuning = {  # [dpsgd.language]: DP fine-tuning of a causal language model
+        "audit": {"name": "f", "kinds": ["dpsgd"]},
+        "dpsgd": {"language": {"noise_multiplier": 2.0, "sampling_rate": 0.05, "steps": 10}},
+    }
+    return [user_mechanism, brought, fine_tuning, *(_example(k) for k in kind_names())]
 
 
 def _string_capable(annotation: Any) -> bool:

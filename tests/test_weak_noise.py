@@ -179,7 +179,9 @@ def test_a_profile_that_rounds_to_one_certifies_no_finite_mu_and_says_why() -> N
     assert math.isinf(bracket.high)
     # The lower end stays finite; where δ is within ~1e-13 of 1 μ_A keeps only a few
     # digits (30.0002 here), the reason the accountant takes full batch in closed form.
-    assert 29.99 < bracket.low < 30.001
+    # 30 up to the PLD's discretisation, whose last digits move with the CPU's FFT kernels
+    # (30.00148 on one machine, under 30.001 on another): the bracket's edge, not a bound
+    assert 29.99 < bracket.low < 30.01
     assert bracket.reason.startswith("the privacy profile is 1 to double precision at ε = 0 (")
     assert bracket.reason.endswith("so the measurement certifies no finite μ")
     assert len(bracket.grid) == 256  # an unbounded cell is not refined (it stays so)
