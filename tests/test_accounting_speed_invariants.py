@@ -49,9 +49,10 @@ def test_profile_uses_the_fast_path_and_keeps_the_bracket(monkeypatch) -> None:
     monkeypatch.setattr(accounting._accountants, "_fast_pld_delta", lambda _acc: None)
     loop = accounting.mu_bracket(event)
     assert (fast.low, fast.high) == (loop.low, loop.high)
-    # tests/golden/dpsgd-dpsgd.json's μ upper bound (recorded on another CPU: the PLD's FFT
-    # differs in the last ulps across CPU kernels, hence relative 1e-9)
-    assert fast.high == pytest.approx(1.9793857762531166, rel=1e-9)
+    # tests/golden/dpsgd-dpsgd.json's μ upper bound, recorded on another CPU: the PLD's FFT
+    # differs in the last ulps across CPU kernels and the bracket's bisection on it ends
+    # up to ~2.5e-8 apart (1.9793858251206817 here), hence relative 1e-6
+    assert fast.high == pytest.approx(1.9793857762531166, rel=1e-6)
 
 
 def test_non_dp_event_falls_back() -> None:

@@ -66,6 +66,14 @@ def _load_golden_recorder():
 _golden_rows = _load_golden_recorder().golden_of
 
 
+def _rel(audit: str) -> float:
+    """The relative tolerance of an audit's golden floats. The floating-point attack reads
+    which outputs numpy's sampler can produce, and numpy's log/exp take SIMD paths that
+    differ by CPU (measured: ε 7.021809 here against 7.021745 recorded, 9e-6 apart), so
+    those audits agree to 1e-3; every other audit to 1e-6 (below)."""
+    return 1e-3 if audit.startswith("floating-") else 1e-6
+
+
 @pytest.mark.parametrize("audit", sorted(p.stem for p in AUDITS.glob("*.toml")))
 def test_shipped_audit_runs(audit: str, tmp_path: Path) -> None:
     if audit in SLOW:
@@ -95,10 +103,11 @@ def test_shipped_audit_runs(audit: str, tmp_path: Path) -> None:
     for row, want in zip(got, golden["bounds"], strict=True):
         for key in KEYS:
             if isinstance(want[key], float):
-                # Relative 1e-9: the accountant's PLD (an FFT convolution) and libm differ in
-                # the last few ulps across CPU kernels (measured: 5.457579926027164 against
-                # 5.457579926011994, relative 2.8e-12); every reported digit is far above it.
-                assert row[key] == pytest.approx(want[key], rel=1e-9, abs=1e-15), (row, key)
+                # Relative 1e-6: the accountant's PLD (an FFT convolution) differs in its
+                # last ulps across CPU kernels, and the μ bracket's bisection on that
+                # profile ends up to ~2.5e-8 apart (measured: 1.9793858251206817 against
+                # 1.9793857762531166); every reported digit (3 or 4) is far above it.
+                assert row[key] == pytest.approx(want[key], rel=_rel(audit), abs=1e-15), (row, key)
             else:
                 assert row[key] == want[key], (row, key)
     assert data["verdict"] == golden["verdict"]
