@@ -90,9 +90,9 @@ def _independent_scores(model: torch.nn.Module, tokenizer, text: str) -> dict[st
 def test_every_attack_auc_equals_an_independent_computation(folder: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     result = CliRunner().invoke(app, ["run", str(folder / "lm.toml"), "-q", "-o", str(run)])
-    # no [gate] policy reads a brought model's tests but fail_on_violation, and nothing
-    # is held against an upper bound: the gate fails closed (exit 1)
-    assert result.exit_code == 1, result.output
+    # no [gate] policy is set and nothing is held against an upper bound: the default
+    # fail_on_violation is not applicable and decides nothing alone (exit 0)
+    assert result.exit_code == 0, result.output
     data = json.loads((run / "results.json").read_text())
     got = {t["attack"]["name"]: t["metrics"]["auc"] for t in data["tests"]}
     lm = load_causal_lm(folder / "model")
