@@ -39,6 +39,7 @@ from dpaudit.executors import UnitStats, run_units
 from dpaudit.gate import evaluate_gate
 from dpaudit.kinds import get_kind
 from dpaudit.kinds.base import KindSummary, UnitPlan, VerdictBudget, check_spending
+from dpaudit.plugins import stderr_held
 from dpaudit.report import render_report
 from dpaudit.results import AuditResult
 from dpaudit.store import (
@@ -201,8 +202,9 @@ def run_audit(
     run_dir = Path(output_dir) if output_dir is not None else default_run_dir(config)
     started = datetime.now(UTC)
     t0 = time.perf_counter()
-    check_runnable(config)
-    check_environment(config, run_dir)
+    with stderr_held():  # a plug-in's stderr during the checks is quoted in their error
+        check_runnable(config)
+        check_environment(config, run_dir)
     with _locked(run_dir):
         if write:
             # From here on nothing in the folder may pass for this run's result: the

@@ -16,11 +16,16 @@ logs what the audit found to the MLflow run::
         {"dpaudit_auc": MetricThreshold(threshold=0.6, greater_is_better=False)}, result
     )
 
-What is audited. The model's per-class probabilities on every audited row (from the
-underlying model's ``predict_proba`` when it has one, e.g. a scikit-learn flavour; else
-from ``predict`` when that returns one column per class) are written, with each row's
-label and membership, as a scores file; the audit attacks them with the loss threshold
-attack (Yeom et al. 2018). Which rows trained the model is given by the config:
+What is audited: the audit ``dpaudit run`` and :func:`dpaudit.audit_model` run on the same
+model and rows, with the same attacks and defaults. A scikit-learn estimator or torch
+module under the pyfunc wrapper is written with the audited rows and an audit file into
+a fresh folder (:func:`dpaudit.notebook.write_model_audit`) and audited through the one
+run session, the model queried only in its watched child; a model of another flavour is
+queried (``predict``) in a watched fork (:func:`dpaudit.session.call_watched`) and its
+per-class outputs audited as a scores file with the loss threshold attack (Yeom et al.
+2018), the attack a scores file supports.
+
+Which rows trained the model is given by the config:
 
 - ``members``: a column of ``data`` holding 1/0 (or true/false) — dropped from the
   features before the model is queried — or a sequence of flags, one per row of ``data``;
@@ -30,8 +35,9 @@ attack (Yeom et al. 2018). Which rows trained the model is given by the config:
 The other keys (all optional): ``membership_by_coin`` (each audited row's membership was
 decided by an independent fair coin: only then is the one-run ε lower bound rigorous;
 default False), ``confidence_level`` (0.95), ``delta`` (1e-5), ``seed`` (0), ``name``
-(the audit's name, ``"mlflow-model"``), ``gate`` (a ``[gate]`` table as a dict; default
-``{"fail_on_violation": False}``: a model brought to dpaudit has no DP claim to violate),
+(the audit's name, ``"mlflow-model"``), ``gate`` (a ``[gate]`` table as a dict; default the
+table's defaults), ``attacks``, ``references``, ``reference_models``, ``shadow_models``
+(default the ``[membership]`` and ``[target]`` defaults),
 ``output`` (``"probabilities"`` or ``"logits"``: what ``predict`` returns when the model
 has no ``predict_proba``), ``output_dir`` (keep the run directory there; default a
 temporary folder, removed once its files are logged), ``metric_prefix`` (``"dpaudit_"``),
@@ -64,6 +70,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -85,6 +92,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without MLflow
     ) from exc
 
 from dpaudit.errors import ConfigError, DataError
+from dpaudit.notebook import ModelAuditSettings, write_model_audit
 
 __all__ = ["DpauditEvaluator", "EvaluatorConfig", "metrics_from_results"]
 
@@ -103,6 +111,10 @@ _OPTIONS = frozenset(
         "output_dir",
         "metric_prefix",
         "html",
+        "attacks",
+        "references",
+        "reference_models",
+        "shadow_models",
     }
 )
 _ARTIFACT_DIR = "dpaudit"
@@ -124,6 +136,10 @@ class EvaluatorConfig:
     output_dir: str | Path | None = None
     metric_prefix: str = "dpaudit_"
     html: bool = True
+    attacks: Sequence[str] | None = None
+    references: str | None = None
+    reference_models: int | None = None
+    shadow_models: int | None = None
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any] | None) -> EvaluatorConfig:
@@ -187,6 +203,9 @@ def metrics_from_results(
     - ``gate_passed``, ``privacy_violation``: 1.0 or 0.0;
     - ``<test>_auc``, ``_auc_low``, ``_auc_high`` (its interval), ``_advantage``
       (TPR − FPR, Yeom et al.), ``_tpr_at_fpr_<fpr>`` for each low FPR of the test;
+    - with several tests, also ``auc`` (with ``auc_low`` and ``auc_high`` of that test),
+      ``advantage`` and ``tpr_at_fpr_<fpr>`` unprefixed: the largest over the tests, the
+      value the gate's ``max_auc``, ``max_advantage`` and ``max_tpr_at_fpr`` read;
     - ``<test>_<epsilon|mu>_lower_bound_<validity>`` and ``..._limit_of_detection`` for
       every bound (``_2``, ``_3`` ... when a test has two bounds of one validity);
     - ``epsilon_lower_bound`` / ``mu_lower_bound``: the audit's only rigorous bound of that
@@ -216,6 +235,28 @@ def metrics_from_results(
         put(f"{p}advantage", m.get("advantage"))
         for row in m.get("tpr_at_fpr", []):
             put(f"{p}tpr_at_fpr_{row['target_fpr']:g}", row.get("tpr"))
+    if not single:  # the worst test's figures, as the gate reads them
+        worst = max(
+            (t for t in tests if _number(t.get("metrics", {}).get("auc")) is not None),
+            key=lambda t: t["metrics"]["auc"],
+            default=None,
+        )
+        if worst is not None:
+            put("auc", worst["metrics"]["auc"])
+            interval = worst["metrics"].get("auc_interval") or (None, None)
+            put("auc_low", interval[0])
+            put("auc_high", interval[1])
+        advantages = [_number(t.get("metrics", {}).get("advantage")) for t in tests]
+        if any(a is not None for a in advantages):
+            put("advantage", max(a for a in advantages if a is not None))
+        best: dict[str, float] = {}
+        for test in tests:
+            for row in test.get("metrics", {}).get("tpr_at_fpr", []):
+                tpr, key = _number(row.get("tpr")), f"tpr_at_fpr_{row['target_fpr']:g}"
+                if tpr is not None and tpr > best.get(key, -1.0):
+                    best[key] = tpr
+        for key, tpr in best.items():
+            put(key, tpr)
     rigorous: dict[str, list[float]] = {}
     for bound in results.get("bounds", []):
         lower = bound["lower"]
@@ -390,11 +431,9 @@ def _toml(value: Any, where: str) -> str:
 
 def audit_text(config: EvaluatorConfig, *, scores: str, run_id: str | None = None) -> str:
     """The audit file the evaluator runs (``dpaudit run`` on it gives the same result)."""
-    gate = {"fail_on_violation": False, **config.gate}
+    gate = dict(config.gate)
     lines = [
-        "# Written by dpaudit's MLflow evaluator"
-        + (f" for MLflow run {run_id}" if run_id else "")
-        + "; `dpaudit run` on this file reruns the audit.",
+        _header(run_id),
         "[audit]",
         f"name = {_toml(config.name, 'name')}",
         'kinds = ["membership"]',
@@ -483,22 +522,43 @@ class DpauditEvaluator(ModelEvaluator):
         from mlflow.entities import Metric
         from mlflow.tracking import MlflowClient
 
+        # The session (the audit engine) is imported on first use: MLflow imports every
+        # registered evaluator when it lists them.
         from dpaudit.session import clear_previous, run_session
 
         clear_previous(folder.resolve() / "run")  # before any step that can fail
         X, labels, member = _split_features(config, dataset)
-        outputs, kind, classes = _class_outputs(model, X, config.output)
-        if outputs.ndim != 2 or outputs.shape[0] != labels.size:
-            raise DataError(
-                f"The model returned outputs of shape {outputs.shape} for {labels.size} rows."
-            )
-        index = _class_indices(labels, classes, outputs.shape[1])
-        # the files written below go into a fresh folder: none already there is overwritten
         folder.mkdir(parents=True, exist_ok=True)
-        inputs, run_dir = Path(tempfile.mkdtemp(prefix="audit-", dir=folder)), folder / "run"
-        _write_scores(inputs / "scores.csv", outputs, kind, index, member)
-        audit_file = inputs / "audit.toml"
-        audit_file.write_text(audit_text(config, scores="scores.csv", run_id=run_id))
+        run_dir = folder / "run"
+        raw = _raw_model(model)
+        if _is_model_object(raw):
+            # A scikit-learn estimator or torch module: the audit `dpaudit run` and
+            # `audit_model` run on it (the same attacks and defaults), the model queried
+            # only by the session's watched child.
+            audit_file = write_model_audit(
+                raw,
+                _numeric_features(X),
+                labels,
+                member,
+                folder,
+                settings=ModelAuditSettings(
+                    name=config.name,
+                    seed=config.seed,
+                    confidence_level=config.confidence_level,
+                    delta=config.delta,
+                    attacks=config.attacks,
+                    references=config.references,
+                    reference_models=config.reference_models,
+                    shadow_models=config.shadow_models,
+                    output=config.output,
+                    membership_by_coin=config.membership_by_coin,
+                    gate=config.gate,
+                    report=config.html,
+                    header=_header(run_id),
+                ),
+            )
+        else:
+            audit_file = self._scores_audit(config, model, X, labels, member, folder, run_id)
         run_session(audit_file, output_dir=run_dir)  # supervised; a pass is verified
         results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
         metrics = metrics_from_results(results, prefix=config.metric_prefix)
@@ -527,6 +587,75 @@ class DpauditEvaluator(ModelEvaluator):
                 else TextEvaluationArtifact(uri, text)
             )
         return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)
+
+    @staticmethod
+    def _scores_audit(
+        config: EvaluatorConfig,
+        model: Any,
+        X: Any,
+        labels: np.ndarray,
+        member: np.ndarray,
+        folder: Path,
+        run_id: str,
+    ) -> Path:
+        """A model of another flavour (a custom pyfunc): its per-class outputs, queried in
+        a watched child, written as a scores file; the loss attack is what a scores file
+        supports (``dpaudit run`` on a ``[target] scores`` file runs the same)."""
+        if config.attacks is not None and list(config.attacks) != ["loss"]:
+            raise ConfigError(
+                f"The dpaudit evaluator queries a model of this flavour "
+                f"({type(_raw_model(model)).__name__}) for its outputs only: the attacks "
+                f"{list(config.attacks)} need a scikit-learn estimator or a torch module "
+                "(they clone or retrain it). Give attacks=['loss'] or leave attacks out."
+            )
+        from dpaudit.session import call_watched
+
+        outputs, kind, classes = call_watched(
+            _class_outputs, model, X, config.output, what="the MLflow model's predict"
+        )
+        if outputs.ndim != 2 or outputs.shape[0] != labels.size:
+            raise DataError(
+                f"The model returned outputs of shape {outputs.shape} for {labels.size} rows."
+            )
+        index = _class_indices(labels, classes, outputs.shape[1])
+        # the files written below go into a fresh folder: none already there is overwritten
+        inputs = Path(tempfile.mkdtemp(prefix="audit-", dir=folder))
+        _write_scores(inputs / "scores.csv", outputs, kind, index, member)
+        audit_file = inputs / "audit.toml"
+        audit_file.write_text(audit_text(config, scores="scores.csv", run_id=run_id))
+        return audit_file
+
+
+def _header(run_id: str | None) -> str:
+    return (
+        "# Written by dpaudit's MLflow evaluator"
+        + (f" for MLflow run {run_id}" if run_id else "")
+        + "; `dpaudit run` on this file reruns the audit."
+    )
+
+
+def _is_model_object(raw: Any) -> bool:
+    """A scikit-learn estimator (``predict_proba`` and ``get_params``) or a torch module:
+    what a brought-model audit loads, clones and retrains like ``dpaudit run``."""
+    if hasattr(raw, "predict_proba") and hasattr(raw, "get_params"):
+        return True
+    torch = sys.modules.get("torch")  # a torch module exists only once torch is imported
+    return torch is not None and isinstance(raw, torch.nn.Module)
+
+
+def _numeric_features(X: Any) -> np.ndarray:
+    """The audited rows' features as the float matrix a brought model's audit reads."""
+    values = X.to_numpy() if hasattr(X, "to_numpy") else X
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise DataError(
+            "The dpaudit evaluator audits a scikit-learn or torch model on numeric feature "
+            "columns; data holds a column that is not numeric."
+        ) from None
+    if array.ndim != 2:
+        raise DataError(f"The audited features must be a table of rows. Got shape {array.shape}.")
+    return array
 
 
 def _card_files(run_dir: Path) -> list[Path]:

@@ -128,9 +128,9 @@ def _toml_value(value: Any) -> str:
     raise DataError(f"Audit settings must be numbers, strings or lists. Got {value!r}.")
 
 
-def _toml(tables: Mapping[str, Mapping[str, Any]]) -> str:
+def _toml(tables: Mapping[str, Mapping[str, Any]], *, header: str) -> str:
     """The audit file's tables as TOML (one level of tables, as an audit file has)."""
-    out = ["# Written by dpaudit.audit_model: the audit of a model brought from Python."]
+    out = [header]
     for table, keys in tables.items():
         out.append(f"\n[{table}]")
         for key, value in keys.items():
@@ -160,6 +160,97 @@ def _as_labels(y: Any, n: int, what: str) -> np.ndarray:
 
 def _is_estimator(model: Any) -> bool:
     return hasattr(model, "predict_proba") and hasattr(model, "get_params")
+
+
+@dataclass(frozen=True)
+class ModelAuditSettings:
+    """The settings of a brought model's membership audit that a surface passes on; a
+    setting left ``None`` takes the audit file's default (what ``dpaudit run`` does on a
+    file that does not set it)."""
+
+    name: str = "notebook-audit"
+    seed: int = 0
+    confidence_level: float = 0.95
+    delta: float = 1e-5
+    attacks: Sequence[str] | None = None
+    references: str | None = None
+    reference_models: int | None = None
+    shadow_models: int | None = None
+    output: str = "logits"
+    membership_by_coin: bool = False
+    gate: Mapping[str, Any] | None = None
+    report: bool = True
+    header: str = "# Written by dpaudit.audit_model: the audit of a model brought from Python."
+
+
+def write_model_audit(
+    model: Any,
+    features: np.ndarray,
+    labels: np.ndarray,
+    member: np.ndarray,
+    folder: Path,
+    *,
+    settings: ModelAuditSettings,
+) -> Path:
+    """Write a brought model's membership audit into a fresh folder ``inputs-…`` of
+    ``folder``: the model (a pickle, loaded back with ``allow_pickle = true``), the rows
+    (``data.csv``: features, label, member) and the audit file that names them.
+
+    Every surface that audits a model object (:func:`audit_model`, the MLflow evaluator)
+    writes its audit here, so they run the same attacks with the same defaults as
+    ``dpaudit run`` on the same model and data; the model is then queried only by the
+    run session's watched child. Nothing already in ``folder`` is overwritten.
+
+    Returns:
+        The audit file written.
+
+    Raises:
+        DataError: the model cannot be pickled.
+    """
+    import pandas as pd  # pandas takes seconds to import: only when a model is audited
+
+    folder.mkdir(parents=True, exist_ok=True)
+    inputs = Path(tempfile.mkdtemp(prefix="inputs-", dir=folder))
+    frame = pd.DataFrame(features, columns=[f"x{i}" for i in range(features.shape[1])])
+    frame["label"] = labels
+    frame["member"] = np.asarray(member, dtype=bool).astype(int)
+    frame.to_csv(inputs / "data.csv", index=False)
+    try:
+        with (inputs / "model.pkl").open("wb") as f:
+            pickle.dump(model, f)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        raise DataError(f"The model cannot be stored for the audit (pickle): {exc}") from None
+    s = settings
+    tables: dict[str, dict[str, Any]] = {
+        "audit": {
+            "name": s.name,
+            "kinds": ["membership"],
+            "seed": s.seed,
+            "confidence_level": s.confidence_level,
+            "delta": s.delta,
+        },
+        "data": {"dataset": "csv:data.csv", "label": "label"},
+        "target": {
+            "path": "model.pkl",
+            "allow_pickle": True,  # the file dpaudit just wrote from the model passed in
+            "membership": "member",
+            "membership_by_coin": s.membership_by_coin,
+            "output": s.output,
+            "references": s.references or ("clone" if _is_estimator(model) else "recipe"),
+        },
+        # What is not given (None, which _toml leaves out) takes the tables' defaults: the
+        # same attacks, reference models and gate as `dpaudit run` on the same model and data.
+        "membership": {
+            "attacks": None if s.attacks is None else list(s.attacks),
+            "reference_models": s.reference_models,
+            "shadow_models": s.shadow_models,
+        },
+        "gate": dict(s.gate or {}),
+        "report": {"html": s.report},
+    }
+    audit_file = inputs / "audit.toml"
+    audit_file.write_text(_toml(tables, header=s.header), encoding="utf-8")
+    return audit_file
 
 
 def audit_model(
@@ -248,47 +339,25 @@ def audit_model(
         if output_dir is not None
         else Path(tempfile.mkdtemp(prefix="dpaudit-notebook-"))
     )
-    # A fresh folder of our own for the files written below: nothing already in the run
-    # directory (an audit file, data, a model of the user's) is ever overwritten.
-    run_dir.mkdir(parents=True, exist_ok=True)
-    inputs = Path(tempfile.mkdtemp(prefix="inputs-", dir=run_dir))
-    import pandas as pd
-
-    frame = pd.DataFrame(np.vstack([train, test]), columns=[f"x{i}" for i in range(train.shape[1])])
-    frame["label"] = labels
-    frame["member"] = np.r_[np.ones(len(train), dtype=int), np.zeros(len(test), dtype=int)]
-    frame.to_csv(inputs / "data.csv", index=False)
-    try:
-        with (inputs / "model.pkl").open("wb") as f:
-            pickle.dump(model, f)
-    except (pickle.PicklingError, TypeError, AttributeError) as exc:
-        raise DataError(f"The model cannot be stored for the audit (pickle): {exc}") from None
-    tables: dict[str, dict[str, Any]] = {
-        "audit": {
-            "name": name,
-            "kinds": ["membership"],
-            "seed": seed,
-            "confidence_level": confidence_level,
-            "delta": delta,
-        },
-        "data": {"dataset": "csv:data.csv", "label": "label"},
-        "target": {
-            "path": "model.pkl",
-            "allow_pickle": True,  # the file dpaudit just wrote from the model passed in
-            "membership": "member",
-            "membership_by_coin": membership_by_coin,
-            "output": output,
-            "references": references or ("clone" if _is_estimator(model) else "recipe"),
-        },
-        # What is not given (None, which _toml leaves out) takes the tables' defaults: the
-        # same attacks, reference models and gate as `dpaudit run` on the same model and data.
-        "membership": {
-            "attacks": None if attacks is None else list(attacks),
-            "reference_models": reference_models,
-            "shadow_models": shadow_models,
-        },
-        "gate": dict(gate or {}),
-        "report": {"html": report},
-    }
-    (inputs / "audit.toml").write_text(_toml(tables), encoding="utf-8")
-    return show(run_session(inputs / "audit.toml", output_dir=run_dir))
+    audit_file = write_model_audit(
+        model,
+        np.vstack([train, test]),
+        labels,
+        np.r_[np.ones(len(train), dtype=bool), np.zeros(len(test), dtype=bool)],
+        run_dir,
+        settings=ModelAuditSettings(
+            name=name,
+            seed=seed,
+            confidence_level=confidence_level,
+            delta=delta,
+            attacks=attacks,
+            references=references,
+            reference_models=reference_models,
+            shadow_models=shadow_models,
+            output=output,
+            membership_by_coin=membership_by_coin,
+            gate=gate,
+            report=report,
+        ),
+    )
+    return show(run_session(audit_file, output_dir=run_dir))

@@ -294,6 +294,27 @@ def load_plugin(
     return _Guarded(fn, where)
 
 
+@contextlib.contextmanager
+def stderr_held() -> Iterator[None]:
+    """Hold back what is written to ``sys.stderr`` inside the block (user code checked
+    before a run: a preflight call of a mechanism or trainer): quoted in the one-line
+    message of a :class:`~dpaudit.errors.DpauditError` that ends the block, passed on
+    unchanged when the block ends otherwise."""
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            yield
+    except DpauditError as exc:
+        quoted = _quoted(said)
+        if quoted:
+            exc.args = (f"{exc}{quoted}", *exc.args[1:])
+        raise
+    except BaseException:
+        sys.stderr.write(said.getvalue())
+        raise
+    sys.stderr.write(said.getvalue())
+
+
 def _quoted(said: io.StringIO) -> str:
     """What user code wrote to stderr, as a clause of a one-line message ('' if nothing)."""
     text = " ".join(said.getvalue().split())

@@ -28,10 +28,13 @@ A surface adds its own artefacts (a JUnit file, a card, MLflow metrics) only aft
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +47,10 @@ from dpaudit.plugins import guard_user_exit, safe_mode, safe_mode_active
 from dpaudit.results import AuditResult
 from dpaudit.store import LockRefused, RunDirectoryBusy, RunLock, remove_outputs
 
-__all__ = ["SessionError", "clear_previous", "run_session"]
+__all__ = ["SessionError", "call_watched", "clear_previous", "run_session"]
 
-#: The child's reply pipe (a file descriptor number), in its environment.
+#: The child's reply pipe and its parent's alive pipe (file descriptor numbers, "r,a"), in
+#: its environment.
 _REPLY = "DPAUDIT_SESSION_FD"
 
 
@@ -159,25 +163,32 @@ def run_session(
 def _run_child(request: _Request) -> AuditResult:
     """Run ``request`` in a child process; its result, or its one-line error."""
     read, write = os.pipe()
-    env = {**os.environ, _REPLY: str(write)}
+    # The child holds the read end of `alive`: when this process ends, however it ends
+    # (kill -9 included), the child reads EOF and ends too.
+    alive_read, alive_write = os.pipe()
+    env = {**os.environ, _REPLY: f"{write},{alive_read}"}
     try:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "dpaudit.session"],
-            stdin=subprocess.PIPE,
-            env=env,
-            pass_fds=(write,),
-        )
-    finally:
-        os.close(write)
-    assert child.stdin is not None  # stdin=PIPE
-    with os.fdopen(read, "rb") as pipe:
         try:
-            child.stdin.write(pickle.dumps(request))
-            child.stdin.close()
-        except BrokenPipeError:
-            pass
-        reply = pipe.read()
-    status = child.wait()
+            child = subprocess.Popen(
+                [sys.executable, "-m", "dpaudit.session"],
+                stdin=subprocess.PIPE,
+                env=env,
+                pass_fds=(write, alive_read),
+            )
+        finally:
+            os.close(write)
+            os.close(alive_read)
+        assert child.stdin is not None  # stdin=PIPE
+        with os.fdopen(read, "rb") as pipe:
+            try:
+                child.stdin.write(pickle.dumps(request))
+                child.stdin.close()
+            except BrokenPipeError:
+                pass
+            reply = pipe.read()
+        status = child.wait()
+    finally:
+        os.close(alive_write)
     try:
         outcome, value = pickle.loads(reply) if reply else (None, None)
     except (pickle.UnpicklingError, EOFError, ValueError):
@@ -197,7 +208,8 @@ def _run_child(request: _Request) -> AuditResult:
 
 def _child_main() -> int:
     """The watched child: read a request on stdin, run it, reply on the pipe."""
-    fd = int(os.environ.pop(_REPLY))
+    fd, alive = (int(x) for x in os.environ.pop(_REPLY).split(","))
+    end_with_parent(alive)
     request: _Request = pickle.loads(sys.stdin.buffer.read())
     reply: tuple[str, Any]
     try:
@@ -216,6 +228,84 @@ def _child_main() -> int:
     with os.fdopen(fd, "wb") as pipe:
         pipe.write(pickle.dumps(reply))
     return 0
+
+
+def end_with_parent(alive: int) -> None:
+    """End this process when its supervising parent ends: a thread waits for EOF on the
+    parent's ``alive`` pipe (the parent holds its write end and never writes), then kills
+    this process, so a watched child never outlives the process that watches it."""
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):
+            os.read(alive, 1)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="dpaudit-parent-watch", daemon=True).start()
+
+
+def call_watched(fn: Callable[..., Any], *args: Any, what: str) -> Any:
+    """``fn(*args)`` run in a forked child that is watched, for user code a surface must
+    call on an object it was handed (an MLflow model's ``predict``).
+
+    The child sends back the value (pickled) or the one-line error; a child that ends
+    without sending either (``os._exit(0)`` in the user's code, a crash, a signal) is a
+    :class:`SessionError`, never a value. A :class:`~dpaudit.errors.DpauditError` raised in
+    the child is raised again here with its class and message.
+
+    Args:
+        fn: the function (it and ``args`` need not pickle: the child is a fork).
+        what: who runs, for the messages ("the MLflow model's predict").
+
+    Raises:
+        SessionError: the child ended without an answer; DpauditError: the error it sent.
+    """
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's lines run in the fork (its reply is tested)
+        try:
+            os.close(read)
+            reply: tuple[str, Any]
+            try:
+                reply = ("value", fn(*args))
+            except DpauditError as exc:
+                reply = ("error", (type(exc), str(exc)))
+            except BaseException as exc:
+                converted = guard_user_exit(exc, what)
+                text = str(converted) if converted is not exc else _unexpected(exc)
+                reply = ("error", (SessionError, text))
+            try:
+                data = pickle.dumps(reply)
+            except Exception as exc:
+                data = pickle.dumps(("error", (SessionError, f"{what} gave {exc}")))
+            with os.fdopen(write, "wb") as pipe:
+                pipe.write(data)
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    outcome: str | None = None
+    value: Any = None
+    with contextlib.suppress(
+        pickle.UnpicklingError, EOFError, ValueError, AttributeError, ImportError
+    ):
+        outcome, value = pickle.loads(data) if data else (None, None)
+    if outcome == "value":
+        return value
+    if outcome == "error":
+        kind, text = value
+        try:
+            error = kind(text) if issubclass(kind, DpauditError) else SessionError(text)
+        except TypeError:  # an error class with other arguments: its message all the same
+            error = SessionError(text)
+        raise error
+    code = os.waitstatus_to_exitcode(status)
+    how = f"was killed by signal {-code}" if code < 0 else f"ended with status {code}"
+    raise SessionError(
+        f"the process that ran {what} {how} without answering (user code that called "
+        "os._exit() or crashed the interpreter); nothing was decided"
+    )
 
 
 def _unexpected(exc: BaseException) -> str:

@@ -27,8 +27,11 @@ from mlflow.models.evaluation.evaluator_registry import _model_evaluation_regist
 from mlflow.tracking import MlflowClient  # noqa: E402
 from sklearn.ensemble import RandomForestClassifier  # noqa: E402
 from sklearn.metrics import roc_auc_score  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
 
+from dpaudit.cli import app  # noqa: E402
 from dpaudit.errors import ConfigError, DataError, DpauditError  # noqa: E402
+from dpaudit.membership.schema import DEFAULT_ATTACKS  # noqa: E402
 from dpaudit.mlflow_evaluator import (  # noqa: E402
     DpauditEvaluator,
     EvaluatorConfig,
@@ -103,7 +106,12 @@ def _evaluate(world, config: dict, data: pd.DataFrame | None = None, run_id: str
 @pytest.fixture(scope="module")
 def evaluated(world):
     keep = world["root"] / "kept-run"
-    config = {"members": "is_member", "membership_by_coin": True, "output_dir": str(keep)}
+    config = {
+        "members": "is_member",
+        "membership_by_coin": True,
+        "output_dir": str(keep),
+        "attacks": ["loss"],  # one test: its metrics unprefixed (the defaults: below)
+    }
     result = _evaluate(world, config, run_id=world["run"])
     client = MlflowClient()
     folder = client.download_artifacts(world["run"], "dpaudit", str(world["root"] / "dl"))
@@ -191,6 +199,32 @@ def test_artifacts_are_logged_and_rerunnable(world, evaluated) -> None:
     assert verify_run(world["root"] / "kept-run" / "run") == []
 
 
+@pytest.mark.slow  # the default attacks train 64 reference and 16 shadow forests
+def test_no_options_run_the_audit_dpaudit_run_runs(world, tmp_path: Path) -> None:
+    """With no attack named, the evaluator runs the ``[membership]`` defaults, and
+    ``dpaudit run`` on the logged audit file gives the same tests, metrics and verdict."""
+    result = _evaluate(world, {"members": "is_member", "output_dir": str(tmp_path / "ml")})
+    results = result.artifacts["dpaudit_results"].content
+    audit = tomllib.loads(result.artifacts["dpaudit_audit"].content)
+    assert "attacks" not in audit.get("membership", {})  # the file's defaults
+    assert [t["attack"]["name"] for t in results["tests"]] == list(DEFAULT_ATTACKS)
+    (audit_file,) = (tmp_path / "ml").glob("inputs-*/audit.toml")
+    cli = CliRunner().invoke(app, ["run", str(audit_file), "-q", "-o", str(tmp_path / "cli")])
+    from_cli = json.loads((tmp_path / "cli" / "results.json").read_text())
+    assert cli.exit_code == (0 if results["verdict"] == "pass" else 1)
+    assert from_cli["verdict"] == results["verdict"]
+    assert [t["metrics"] for t in from_cli["tests"]] == [t["metrics"] for t in results["tests"]]
+    # with several tests the unprefixed figures are the worst test's, as the gate reads them
+    aucs = [t["metrics"]["auc"] for t in results["tests"]]
+    assert result.metrics["dpaudit_auc"] == max(aucs)
+    worst = results["tests"][aucs.index(max(aucs))]
+    assert result.metrics["dpaudit_auc_low"] == worst["metrics"]["auc_interval"][0]
+    assert result.metrics["dpaudit_advantage"] == max(
+        t["metrics"]["advantage"] for t in results["tests"]
+    )
+    assert result.metrics["dpaudit_byo_shadow_auc"] == results["tests"][1]["metrics"]["auc"]
+
+
 def test_validation_thresholds_pass_and_fail_on_the_logged_metrics(evaluated) -> None:
     result, results, _, _ = evaluated
     auc = results["tests"][0]["metrics"]["auc"]
@@ -218,7 +252,12 @@ def test_train_data_gives_the_same_audit_as_a_members_column(world, evaluated) -
     # another order, the same scores.
     result = _evaluate(
         world,
-        {"train_data": rows[member].reset_index(drop=True), "metric_prefix": "tt_", "html": False},
+        {
+            "train_data": rows[member].reset_index(drop=True),
+            "metric_prefix": "tt_",
+            "html": False,
+            "attacks": ["loss"],
+        },
         data=rows[~member].reset_index(drop=True),
     )
     # No fair-coin statement: the one-run bound is heuristic, no headline ε is logged.
@@ -229,7 +268,10 @@ def test_train_data_gives_the_same_audit_as_a_members_column(world, evaluated) -
 
 
 def test_gate_policies_reach_the_audit(world) -> None:
-    result = _evaluate(world, {"members": "is_member", "gate": {"max_auc": 0.55}, "html": False})
+    result = _evaluate(
+        world,
+        {"members": "is_member", "gate": {"max_auc": 0.55}, "html": False, "attacks": ["loss"]},
+    )
     assert result.metrics["dpaudit_gate_passed"] == 0.0
     (check,) = [
         c for c in result.artifacts["dpaudit_results"].content["checks"] if c["name"] == "max_auc"
@@ -309,8 +351,8 @@ def test_member_flags_as_a_sequence_keep_every_feature() -> None:
 
 
 # ------------------------------------------- the one run session (every surface's contract)
-# The model is queried in the caller's process (MLflow hands the evaluator a loaded model);
-# the audit itself, which runs no user code (a scores file), runs in the watched child.
+# A scikit-learn or torch model is written into the audit's folder and queried only by the
+# session's watched child; a model of another flavour is queried in a watched fork.
 
 
 def test_a_bad_rerun_leaves_no_earlier_pass(world, evaluated, tmp_path: Path) -> None:
@@ -337,3 +379,60 @@ def test_safe_mode_is_honoured(world, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DPAUDIT_NO_PLUGINS", "yes")
     with pytest.raises(ConfigError, match="DPAUDIT_NO_PLUGINS must be 0, 1 or unset"):
         _evaluate(world, {"members": "is_member"})
+
+
+class _Exits(mlflow.pyfunc.PythonModel):
+    """A custom pyfunc model whose predict ends the process that calls it."""
+
+    def predict(self, context, model_input, params=None):
+        import os
+
+        os._exit(0)
+
+
+class _Halves(mlflow.pyfunc.PythonModel):
+    """A custom pyfunc model answering 1/2 for both classes of every row."""
+
+    def predict(self, context, model_input, params=None):
+        return np.full((len(model_input), 2), 0.5)
+
+
+def _custom(world, python_model: mlflow.pyfunc.PythonModel) -> str:
+    with mlflow.start_run():
+        info = mlflow.pyfunc.log_model(
+            name="custom", python_model=python_model, pip_requirements=["numpy"]
+        )
+    return info.model_uri
+
+
+def test_a_custom_models_exit_is_a_failure(world, tmp_path: Path) -> None:
+    uri = _custom(world, _Exits())
+    with mlflow.start_run(), pytest.raises(DpauditError, match=r"os\._exit\(\)"):
+        mlflow.models.evaluate(
+            uri,
+            world["data"],
+            targets="label",
+            model_type="classifier",
+            evaluators="dpaudit",
+            evaluator_config={"members": "is_member", "output_dir": str(tmp_path)},
+        )
+    assert not (tmp_path / "run" / "results.json").exists()
+
+
+def test_a_custom_model_is_audited_by_its_outputs(world, tmp_path: Path) -> None:
+    uri = _custom(world, _Halves())
+    config = {"members": "is_member", "output_dir": str(tmp_path), "html": False}
+    with mlflow.start_run():
+        result = mlflow.models.evaluate(
+            uri, world["data"], targets="label", model_type="classifier",
+            evaluators="dpaudit", evaluator_config=config,
+        )  # fmt: skip
+    results = result.artifacts["dpaudit_results"].content
+    # the same loss for every row: every score tied, the AUC exactly 1/2
+    assert [t["attack"]["name"] for t in results["tests"]] == ["loss"]
+    assert result.metrics["dpaudit_auc"] == 0.5
+    with mlflow.start_run(), pytest.raises(ConfigError, match=r"attacks=\['loss'\]"):
+        mlflow.models.evaluate(
+            uri, world["data"], targets="label", model_type="classifier",
+            evaluators="dpaudit", evaluator_config={**config, "attacks": ["shadow"]},
+        )  # fmt: skip

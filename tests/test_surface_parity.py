@@ -125,3 +125,91 @@ def test_every_surface_gives_the_same_verdict_and_metrics(
     checks = {c["name"]: c for c in from_notebook["checks"]}
     assert checks["fail_on_violation"]["status"] == "not-applicable"
     assert checks["max_auc"]["status"] in ("passed", "failed")
+
+
+@pytest.mark.slow  # two audits of each model
+@pytest.mark.parametrize("case", ["brought-by-coin", "plain-split", "torch-module"])
+def test_mlflow_gives_the_notebooks_verdict_and_metrics(
+    rows: tuple[np.ndarray, np.ndarray],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+) -> None:
+    """The MLflow evaluator on a logged model runs the audit ``audit_model`` (and so
+    ``dpaudit run``) runs on the same model and rows, with no option: the same attacks,
+    defaults, verdict and metrics."""
+    mlflow = pytest.importorskip("mlflow")
+    import pandas as pd
+    from mlflow.models.evaluation.evaluator_registry import _model_evaluation_registry
+
+    from dpaudit.mlflow_evaluator import DpauditEvaluator
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri((tmp_path / "mlruns").as_uri())
+    if not _model_evaluation_registry.is_registered("dpaudit"):
+        _model_evaluation_registry.register("dpaudit", DpauditEvaluator)
+    X, y = rows
+    train, test = slice(0, N), slice(N, 2 * N)
+    settings: dict[str, Any] = {
+        "attacks": ["loss"] if case == "torch-module" else ["loss", "shadow"],
+        "shadow_models": 2,
+        "membership_by_coin": case == "brought-by-coin",
+        "gate": {"max_auc": 0.7},
+    }
+    experiment = mlflow.MlflowClient().create_experiment("parity")  # the active one is left
+    try:
+        with mlflow.start_run(experiment_id=experiment):
+            if case == "torch-module":
+                model: Any = _torch_model(X[train], y[train])
+                info = mlflow.pytorch.log_model(
+                    model, name="m", pip_requirements=["torch"], serialization_format="pickle"
+                )
+                settings["output"] = "logits"
+            else:
+                model = LogisticRegression(C=1e4, max_iter=5000).fit(X[train], y[train])
+                info = mlflow.sklearn.log_model(
+                    model,
+                    name="m",
+                    pip_requirements=["scikit-learn"],
+                    serialization_format="pickle",
+                )
+            columns = [f"x{i}" for i in range(X.shape[1])]
+            data = pd.DataFrame(X[test], columns=columns).assign(label=y[test])
+            result = mlflow.models.evaluate(
+                info.model_uri,
+                data,
+                targets="label",
+                model_type="classifier",
+                evaluators="dpaudit",
+                evaluator_config={
+                    **settings,
+                    "train_data": (X[train], y[train]),
+                    "html": False,
+                    "output_dir": str(tmp_path / "mlflow"),
+                },
+            )
+    finally:
+        mlflow.set_tracking_uri(previous)
+    notebook = audit_model(
+        model,
+        X[train],
+        y[train],
+        X[test],
+        y[test],
+        **settings,
+        output_dir=tmp_path / "notebook",
+        report=False,
+    )
+    from_mlflow = json.loads((tmp_path / "mlflow" / "run" / "results.json").read_text())
+    from_notebook = notebook.to_dict()
+    assert from_mlflow["verdict"] == from_notebook["verdict"]
+    assert from_mlflow["headline"] == from_notebook["headline"]
+    assert _metrics(from_mlflow["tests"]) == _metrics(from_notebook["tests"])
+    assert [c["name"] for c in from_mlflow["checks"]] == [
+        c["name"] for c in from_notebook["checks"]
+    ]
+    assert len(from_mlflow["tests"]) == len(settings["attacks"])
+    # the largest AUC of the attacks, what the gate's max_auc reads
+    assert result.metrics["dpaudit_auc"] == max(t["metrics"]["auc"] for t in from_notebook["tests"])
+    assert result.metrics["dpaudit_gate_passed"] == float(notebook.verdict == "pass")

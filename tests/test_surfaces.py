@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -392,3 +393,88 @@ def test_a_plug_in_s_stderr_at_import_is_quoted_in_the_one_line(tmp_path: Path) 
         "error: the mechanism plug-in 'argv:mechanism', while it was imported, called sys.exit(2)"
     )
     assert "(it wrote to stderr: 'usage: tool [-h] --needed NEEDED tool: error:" in line
+
+
+# ------------------------------------------------------------ supervision, for every surface
+
+
+def test_a_trainers_stderr_in_preflight_is_quoted_in_the_one_line(tmp_path: Path) -> None:
+    (tmp_path / "loud.py").write_text(
+        "import sys\nfrom dpaudit.errors import ConfigError\n\n"
+        "def trainer(X, y, *, rng, **options):\n    raise AssertionError('never trained')\n\n"
+        "def _preflight(X, y, *, white_box):\n"
+        "    print('torch says: mat1 and mat2 shapes cannot be multiplied', file=sys.stderr)\n"
+        "    raise ConfigError('the trainer failed its check on two rows')\n\n"
+        "trainer.preflight = _preflight\n"
+    )
+    (tmp_path / "a.toml").write_text(
+        '[audit]\nname = "loud"\nkinds = ["dpsgd"]\n[dpsgd]\ntrainer = "loud:trainer"\n'
+        'threat_model = "white-box"\nrows = 20\ntrials = 20\n[dpsgd.training]\nepochs = 1\n'
+        "full_batch = true\n[dpsgd.training.dp]\ntarget_mu = 1.0\n"
+    )
+    done = subprocess.run(
+        [*DPAUDIT, "run", str(tmp_path / "a.toml"), "-q", "-o", str(tmp_path / "r")],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "COLUMNS": "400"},
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert _lines(done.stderr) == [
+        "error: the trainer failed its check on two rows (it wrote to stderr: 'torch says: "
+        "mat1 and mat2 shapes cannot be multiplied')"
+    ]
+
+
+def test_the_sessions_child_ends_when_its_parent_is_killed(tmp_path: Path) -> None:
+    (tmp_path / "slow.py").write_text(
+        "import os, pathlib, time\n\n"
+        "def mechanism(data, *, rng, size):\n"
+        "    pathlib.Path('child.pid').write_text(str(os.getpid()))\n"
+        "    time.sleep(120)\n"
+    )
+    (tmp_path / "a.toml").write_text(PLUGIN.format(module="slow"))
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "from dpaudit.session import run_session; run_session('a.toml', output_dir='r')"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    pid_file = tmp_path / "child.pid"
+    try:
+        for _ in range(600):  # the child starts, loads the audit and calls the mechanism
+            if pid_file.is_file() and pid_file.read_text():
+                break
+            time.sleep(0.1)
+        child = int(pid_file.read_text())
+        assert child != parent.pid
+    finally:
+        parent.kill()
+        parent.wait()
+    for _ in range(100):
+        if not _alive(child):
+            break
+        time.sleep(0.1)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not a zombie waiting for its reaper)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def test_a_watched_call_returns_its_value_or_its_error() -> None:
+    from dpaudit.errors import DataError
+    from dpaudit.session import SessionError, call_watched
+
+    assert call_watched(np.add, 2, 3, what="add") == 5
+
+    def bad() -> None:
+        raise DataError("the model needs 3 columns")
+
+    with pytest.raises(DataError, match=r"^the model needs 3 columns$"):
+        call_watched(bad, what="bad")
+    with pytest.raises(SessionError, match=r"the process that ran exit ended with status 0"):
+        call_watched(os._exit, 0, what="exit")
+    with pytest.raises(SessionError, match=r"unexpected ZeroDivisionError"):
+        call_watched(lambda: 1 / 0, what="divide")
