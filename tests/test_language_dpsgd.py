@@ -163,7 +163,8 @@ def test_the_calibrated_score_is_the_log_prob_less_the_mean_over_other_canaries(
     prefixes = generate_texts(4, seed=5, sentences=1)
     rows = [[*lm.tokenizer(p)["input_ids"], t] for p, t in zip(prefixes, ids, strict=True)]
     plain = canary_scores(lm, rows, score="log-prob")
-    calibrated = canary_scores(lm, rows)
+    assert np.array_equal(canary_scores(lm, rows), plain)  # the default
+    calibrated = canary_scores(lm, rows, score="calibrated")
     # the logits are float32 (one thread there, torch's default here): agreement to 1e-6
     with torch.no_grad():
         for i, row in enumerate(rows):

@@ -5,7 +5,7 @@ user's model folder, ``model``) gets m new tokens and is pre-trained without DP 
 public text; each of the m new-token canaries is included by an independent fair coin;
 the model is fine-tuned ONCE with DP-SGD on the private text, the inserted secrets and
 the included canaries (:func:`dpaudit.language.finetune.dp_finetune`), and each canary
-is scored on the final model (``score``: calibrated by default).
+is scored on the final model (``score``: its token's log-probability by default).
 
 The summary reads the one-run ε bound (Steinke, Nasr, Jagielski 2023, Thm. 3.1: the top
 r/2 scores guessed in, the bottom r/2 out) and the f-DP one-run μ bound (Mahloujifar,

@@ -14,23 +14,23 @@ of what it executed, which the accountant reads.
 Canaries follow Panda et al., "Privacy Auditing of Large Language Models", ICLR 2025,
 arXiv:2503.06808, §3 (new-token canaries): canary i is a prefix drawn like the training
 text followed by a token ``<canary-i>`` added to the vocabulary that no other record
-contains, so only canary i's gradient raises that token's output row. Two choices make
-the canary as loud as the privacy guarantee allows, and neither touches validity (the
-canary stays one record included by a fair coin, and its score a function of the released
-model):
+contains, so only canary i's gradient raises that token's output row; its score is the
+final model's log-probability of ``<canary-i>`` after its prefix (``log-prob``).
 
-- the canary's training loss is its secret token's alone, its prefix a prompt that is
-  read but not learned (labels −100 on the prefix, as supervised fine-tuning masks a
-  prompt).
-  Clipping bounds the record's whole gradient by C, so a loss spread over the prefix
-  spends most of C on the prefix's tokens: on the tiny model the secret token's own
-  output row holds about 60 % of the clipped gradient's squared norm with the secret's
-  loss alone, about 12 % with the mean over all of the canary's tokens;
-- the score is ``calibrated``: log p(⟨canary-i⟩ | prefix_i) minus the mean of
-  log p(⟨canary-j⟩ | prefix_i) over the other canaries' tokens j. The normaliser
-  log Σ_v exp(logit_v) of prefix i and the push-down every record's gradient gives all
-  new tokens alike cancel, which leaves the part of the score that canary i's own
-  gradient moves. ``log-prob`` is the plain log-probability.
+The canary's training loss is its secret token's alone by default, its prefix a prompt
+that is read but not learned (labels −100 on the prefix, as supervised fine-tuning masks
+a prompt). Clipping bounds the record's whole gradient by C, so a loss averaged over the
+prefix too spends most of C on the prefix's tokens: on the tiny model the secret token's
+own output row holds about 60 % of the clipped gradient's squared norm with the secret's
+loss alone, about 12 % with the mean over all the canary's tokens. It does not touch
+validity: the canary is still one record included by a fair coin, the trainer the same
+DP-SGD, and the score a function of the released model.
+
+``calibrated`` scores log p(⟨canary-i⟩ | prefix_i) minus the mean of
+log p(⟨canary-j⟩ | prefix_i) over the other canaries' tokens j: the normaliser of prefix
+i and the push-down every record's gradient gives all new tokens alike cancel. On the
+tiny model's prefixes, which all end alike, it measured no stronger than ``log-prob``
+(docs/language-models.md); it is there for models whose prefixes differ more.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ __all__ = [
     "per_record_gradients",
 ]
 
-#: The canary scores: ``calibrated`` (the default) and ``log-prob``.
-CANARY_SCORES = ("calibrated", "log-prob")
+#: The canary scores: ``log-prob`` (the default) and ``calibrated``.
+CANARY_SCORES = ("log-prob", "calibrated")
 
 
 def canary_tokens(m: int) -> list[str]:
@@ -230,7 +230,7 @@ def dp_finetune(
 
 
 def canary_scores(
-    lm: CausalLM, canaries: Sequence[Sequence[int]], *, score: str = "calibrated"
+    lm: CausalLM, canaries: Sequence[Sequence[int]], *, score: str = "log-prob"
 ) -> np.ndarray:
     """Each canary's score under the model (float64), the secret being its last token.
 
