@@ -232,8 +232,9 @@ def _describe(lm: CausalLM, spec: LanguageRunSpec) -> str:
 def language_plan(section: LanguageFineTuningSection, context: RunContext) -> UnitPlan:
     """The audit's one unit."""
     path = None if section.model is None else context.resolve(section.model)
-    if path is not None and not (path / "config.json").is_file():
-        # refused before anything runs, with the loader's own one-line message
+    if path is not None:
+        # a folder that does not load is refused before anything runs, in the loader's
+        # own one line (the unit loads it again: a plan holds no model)
         load_causal_lm(path, key=MODEL_KEY)
     spec = LanguageRunSpec(
         section=section,

@@ -11,8 +11,6 @@ trained model's log-probability (:func:`dpaudit.language.scoring.total_log_probs
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 __all__ = [
@@ -21,7 +19,6 @@ __all__ = [
     "draw_secrets",
     "fill",
     "format_words",
-    "secret_index",
 ]
 
 #: The placeholder of one random digit in a secret format.
@@ -68,8 +65,3 @@ def candidate_digits(secret_format: str, *, limit: int, seed: int) -> tuple[list
         return _as_digits(np.arange(size), places), True
     rng = np.random.default_rng([seed, 0xCA2D])
     return _as_digits(rng.integers(0, size, size=limit), places), False
-
-
-def secret_index(candidates: Sequence[str], secret: str) -> int:
-    """Where ``secret`` sits among enumerated candidates (numeric order)."""
-    return int(secret) if candidates and len(candidates[0]) == len(secret) else -1
