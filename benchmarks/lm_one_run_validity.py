@@ -35,7 +35,7 @@ from dpaudit.records import DPSGDRecord
 from dpaudit.theory import gdp_mu
 
 # The shipped example's run (audits/lm-canary.toml).
-RECORD = DPSGDRecord(noise_multiplier=3.0, sampling_rate=0.05, steps=300, clipping_norm=1.0)
+RECORD = DPSGDRecord(noise_multiplier=2.0, sampling_rate=0.05, steps=300, clipping_norm=1.0)
 M, R, DELTA, C, RUNS = 1000, 100, 1e-5, 0.95, 400
 
 

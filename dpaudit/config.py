@@ -154,6 +154,7 @@ def run_context(config: AuditConfig) -> RunContext:
         )
         if a.stopping == "sequential"
         else None,
+        device=config.execution.device,
     )
 
 

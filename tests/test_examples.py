@@ -39,7 +39,7 @@ EXPECTED_EXIT = {
     "floating-naive-violation": 1,
     "floating-numpy-violation": 1,
     "lm-membership": 1,  # the tiny LM memorised its members: max_auc fails
-    "lm-canary-violation": 1,  # a tenth of the noise: the claim fails against what ran
+    "lm-canary-violation": 1,  # a tenth of the noise: the canary bounds exceed the claim
 }
 # Audits that take minutes, run by hand (`dpaudit run audits/<name>.toml`), never here.
 SLOW = {"reconstruction-sweep", "membership-sweep"}

@@ -244,3 +244,66 @@ def test_language_attacks_need_a_language_model(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["validate", str(tmp_path / "a.toml")])
     assert result.exit_code == 2
     assert "score texts under a causal language model" in result.output
+
+
+def _mean_nll(model: torch.nn.Module, tokenizer, text: str) -> float:  # type: ignore[no-untyped-def]
+    """transformers' own mean token NLL for labels = input_ids, one text alone."""
+    x = torch.tensor([tokenizer(text)["input_ids"]])
+    with torch.no_grad():
+        return float(model(input_ids=x, labels=x).loss)
+
+
+def test_the_reference_attack_of_an_audit_file_equals_its_independent_auc(
+    folder: Path, tmp_path: Path
+) -> None:
+    """Two reference models trained like the target on other texts of the grammar, saved
+    to folders: the attack scores each text by the references' mean NLL less the target's."""
+    for k in (1, 2):
+        ref = build_tiny_lm(seed=10 + k)
+        train_plain(ref, generate_texts(40, seed=100 + k), epochs=10, seed=k, learning_rate=1e-2)
+        save_lm(ref, tmp_path / f"ref{k}")
+    text = AUDIT.replace('path = "model"', f'path = "{folder / "model"}"')
+    text = text.replace('members = "members.jsonl"', f'members = "{folder / "members.jsonl"}"')
+    text = text.replace(
+        'non_members = "non_members.jsonl"',
+        f'non_members = "{folder / "non_members.jsonl"}"\nreference_paths = ["ref1", "ref2"]',
+    )
+    text = text.replace('attacks = ["loss", "zlib", "min-k", "min-k++"]', 'attacks = ["reference"]')
+    (tmp_path / "ref.toml").write_text(text + '\n[execution]\ndevice = "cpu"\n')
+    run = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "ref.toml"), "-q", "-o", str(run)])
+    assert result.exit_code == 0, result.output
+    (test,) = json.loads((run / "results.json").read_text())["tests"]
+    assert test["attack"]["name"] == "reference"
+    assert test["target"]["device"] == "cpu"  # [execution] device, recorded with the target
+    members = read_texts(folder / "members.jsonl")
+    non_members = read_texts(folder / "non_members.jsonl")
+    target = load_causal_lm(folder / "model")
+    refs = [load_causal_lm(tmp_path / f"ref{k}") for k in (1, 2)]
+    score = {
+        t: np.mean([_mean_nll(r.model, r.tokenizer, t) for r in refs])
+        - _mean_nll(target.model, target.tokenizer, t)
+        for t in members + non_members
+    }
+    # Mann–Whitney by hand: pairs (member, non-member) the member wins, ties one half
+    wins = sum(
+        1.0 if score[m] > score[n] else 0.5 if score[m] == score[n] else 0.0
+        for m in members
+        for n in non_members
+    )
+    assert test["metrics"]["auc"] == pytest.approx(
+        wins / (len(members) * len(non_members)), abs=1e-6
+    )
+    assert test["metrics"]["auc"] > 0.6  # the references did not see the members
+
+
+def test_cuda_on_a_machine_without_it_is_one_line_exit_2_for_a_brought_model(
+    folder: Path,
+) -> None:
+    (folder / "cuda.toml").write_text(AUDIT + '\n[execution]\ndevice = "cuda"\n')
+    result = CliRunner().invoke(app, ["run", str(folder / "cuda.toml"), "-q"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        f"error: [execution] device = 'cuda': no such device is available on this machine "
+        f"(torch {torch.__version__}); use device = 'cpu'"
+    )

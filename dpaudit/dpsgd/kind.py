@@ -133,7 +133,9 @@ class DpsgdKind(AuditKind[DpsgdSection]):
         if section.language is not None:
             from dpaudit.dpsgd.language import language_summary
 
-            return language_summary(section.language, context, outputs, level=level)
+            return language_summary(
+                section.language, context, outputs, level=level, claim=section.claim
+            )
         if context.sequential is not None:
             from dpaudit.dpsgd.sequential import sequential_summary
 

@@ -137,7 +137,7 @@ class DpsgdSection(Table):
         one_run: optional one-run audit.
         language: a one-run audit of DP fine-tuning of a causal language model with
             new-token canaries (:class:`~dpaudit.dpsgd.language_schema.LanguageFineTuningSection`);
-            it is the whole audit: no other ``[dpsgd]`` key is read with it.
+            it is the whole audit: no other ``[dpsgd]`` key but ``claim`` is read with it.
         black_box: optional black-box levers (worst-case θ₀, logit-shift score).
         claim: ``[dpsgd.claim]``, the privacy the release claims (``epsilon`` with
             ``delta``, and/or ``mu``): held against the accountant of what ran (the
@@ -229,8 +229,9 @@ class DpsgdSection(Table):
 
     def _language_alone(self) -> DpsgdSection:
         """``[dpsgd.language]`` builds, trains and audits its own language model: no
-        other ``[dpsgd]`` key is read with it, so giving one is a mistake."""
-        others = sorted(self.model_fields_set - {"language"})
+        other ``[dpsgd]`` key but the claim (``[dpsgd.claim]``) is read with it, so giving
+        one is a mistake."""
+        others = sorted(self.model_fields_set - {"language", "claim"})
         if others:
             raise ValueError(
                 f"{others[0]!r} is not read with [dpsgd.language], which builds, trains and "

@@ -89,6 +89,8 @@ class RunContext:
             work, so it is part of what a unit is).
         shared: the shared tables.
         sequential: the sequential design, or None for a fixed one.
+        device: ``[execution] device``, the torch device units run on (where a unit
+            runs, not what it computes: no unit key holds it).
     """
 
     seed: int
@@ -98,6 +100,7 @@ class RunContext:
     unit_size: int = 25_000
     shared: SharedTables = field(default_factory=SharedTables)
     sequential: SequentialSettings | None = None
+    device: str = "cpu"
 
     def resolve(self, path: str | Path) -> Path:
         """``path`` relative to the audit file's folder."""

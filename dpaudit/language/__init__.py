@@ -9,7 +9,11 @@
 - :mod:`~dpaudit.language.attacks`: the membership scores ``loss``, ``zlib``, ``min-k``,
   ``min-k++`` and ``reference`` computed from those statistics;
 - :mod:`~dpaudit.language.tiny`: a tiny GPT-2-style model and a word-level tokenizer built
-  from a config and from text made offline (tests and shipped examples).
+  from a config and from text made offline (tests and shipped examples);
+- :mod:`~dpaudit.language.finetune`: DP-SGD fine-tuning with ``torch.func`` per-record
+  gradients, new-token canaries (added to a loaded model's tokenizer too) and their scores;
+- :mod:`~dpaudit.language.secrets`: inserted secrets of a digit format and their candidate
+  spaces, for canary exposure (:mod:`dpaudit.bounds.exposure`).
 
 Nothing here is imported when an audit file loads: the membership and dpsgd families reach
 it inside their units.

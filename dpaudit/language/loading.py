@@ -75,7 +75,14 @@ def starts_with_special(tokenizer: Any) -> bool:
     return bool(ids) and ids[0] in set(tokenizer.all_special_ids)
 
 
-def load_causal_lm(folder: Path, *, device: str = "cpu", allow_pickle: bool = False) -> CausalLM:
+def load_causal_lm(
+    folder: Path,
+    *,
+    device: str = "cpu",
+    allow_pickle: bool = False,
+    key: str = "[target] path",
+    eager: bool = False,
+) -> CausalLM:
     """Load the causal LM saved in ``folder``, offline.
 
     Args:
@@ -83,6 +90,9 @@ def load_causal_lm(folder: Path, *, device: str = "cpu", allow_pickle: bool = Fa
         device: torch device the model runs on (``"cpu"``, ``"cuda"``, ...).
         allow_pickle: load ``pytorch_model.bin`` weights when no safetensors weights exist
             (a pickle runs arbitrary code when loaded: only for files you trust).
+        key: the audit-file key that named the folder, for the messages.
+        eager: load with the eager attention implementation (``torch.func``'s
+            per-record gradients run through it; fused kernels may not).
 
     Returns:
         The model in evaluation mode on ``device`` and its tokenizer.
@@ -94,21 +104,22 @@ def load_causal_lm(folder: Path, *, device: str = "cpu", allow_pickle: bool = Fa
     """
     if not folder.is_dir():
         raise ConfigError(
-            f"[target] path {str(folder)!r} is not a local folder; dpaudit never downloads "
+            f"{key} {str(folder)!r} is not a local folder; dpaudit never downloads "
             "models: save yours with save_pretrained() and give that folder"
         )
     if not (folder / "config.json").is_file():
-        raise ConfigError(f"[target] path {str(folder)!r} has no config.json (save_pretrained)")
+        raise ConfigError(f"{key} {str(folder)!r} has no config.json (save_pretrained)")
     safetensors = any((folder / name).is_file() for name in _SAFETENSORS)
     pickle = any((folder / name).is_file() for name in _PICKLE)
     if not safetensors and not (pickle and allow_pickle):
+        trust = " or set [target] allow_pickle = true" if key.startswith("[target]") else ""
         why = (
             "holds only pickle weights (pytorch_model.bin), which run arbitrary code when "
-            "loaded: save with safe_serialization or set [target] allow_pickle = true"
+            f"loaded: save with safe_serialization{trust}"
             if pickle
             else "has no model.safetensors weights"
         )
-        raise ConfigError(f"[target] path {str(folder)!r} {why}")
+        raise ConfigError(f"{key} {str(folder)!r} {why}")
     try:
         with quiet_progress():
             tokenizer = AutoTokenizer.from_pretrained(
@@ -119,11 +130,12 @@ def load_causal_lm(folder: Path, *, device: str = "cpu", allow_pickle: bool = Fa
                 local_files_only=True,
                 trust_remote_code=False,
                 use_safetensors=safetensors,
+                **({"attn_implementation": "eager"} if eager else {}),
             )
     except (OSError, ValueError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(
-            f"[target] path {str(folder)!r}: transformers cannot load it offline: {first}"
+            f"{key} {str(folder)!r}: transformers cannot load it offline: {first}"
         ) from None
     model.eval()
     model = model.to(torch.device(device))  # type: ignore[arg-type]  # torch's stub of .to

@@ -25,7 +25,7 @@ from dpaudit.errors import DataError
 from dpaudit.language.loading import CausalLM
 from dpaudit.training.engine import one_intra_op_thread
 
-__all__ = ["TokenStatistics", "token_ids", "token_statistics"]
+__all__ = ["TokenStatistics", "token_ids", "token_statistics", "total_log_probs"]
 
 
 @dataclass(frozen=True)
@@ -139,3 +139,48 @@ def _batch(
             )
         )
     return out
+
+
+def total_log_probs(lm: CausalLM, texts: Sequence[str], *, batch_size: int = 256) -> np.ndarray:
+    """Each text's log-probability under the model, Σ_t log p(x_t | x_<t) over its scored
+    tokens (natural log, float64), batched with the left padding of
+    :func:`token_statistics` (no score depends on the batch).
+
+    Minus it is the text's log-perplexity in nats, the score by which the Secret Sharer
+    ranks candidates (Carlini et al. 2019, Def. 1, in bits there: same order).
+    """
+    if batch_size < 1:
+        raise DataError(f"batch_size must be at least 1; got {batch_size}")
+    ids = token_ids(lm, texts)
+    out = np.empty(len(ids))
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    device = torch.device(lm.device)
+    with torch.inference_mode(), one_intra_op_thread(device):
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            rows = [ids[i] for i in chunk]
+            for i, value in zip(chunk, _batch_totals(lm.model, rows, device), strict=True):
+                out[i] = value
+    return out
+
+
+def _batch_totals(
+    model: torch.nn.Module, rows: list[list[int]], device: torch.device
+) -> list[float]:
+    width = max(len(r) for r in rows)
+    input_ids = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, r in enumerate(rows):
+        input_ids[b, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+        mask[b, width - len(r) :] = 1
+    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+    logits = model(
+        input_ids=input_ids.to(device),
+        attention_mask=mask.to(device),
+        position_ids=positions.to(device),
+    ).logits
+    logp = torch.log_softmax(logits[:, :-1].double(), dim=-1)
+    chosen = logp.gather(2, input_ids[:, 1:].to(logp.device)[:, :, None])[:, :, 0]
+    # padding positions (mask 0 at the predicted token) add nothing
+    chosen = torch.where(mask[:, 1:].to(chosen.device) > 0, chosen, torch.zeros_like(chosen))
+    return [float(v) for v in chosen.sum(dim=1).cpu()]

@@ -24,16 +24,20 @@ from dpaudit.language.loading import CausalLM, quiet_progress
 from dpaudit.training.engine import one_intra_op_thread
 
 __all__ = [
+    "DIGITS",
     "SPECIAL_TOKENS",
     "TinyConfig",
     "build_tiny_lm",
     "generate_texts",
     "save_lm",
     "train_plain",
+    "vocabulary",
 ]
 
 #: Padding, unknown word and start token, ids 0, 1, 2.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[BOS]")
+#: The ten digits, each a word of the vocabulary when secrets are inserted.
+DIGITS = tuple("0123456789")
 
 _SUBJECTS = (
     "the parser",
@@ -111,7 +115,9 @@ _ENDINGS = (
 )
 
 
-def _vocabulary() -> list[str]:
+def vocabulary() -> list[str]:
+    """The grammar's words, sorted (the tiny tokenizer's vocabulary after "." and the
+    special tokens)."""
     words = {
         w for group in (_SUBJECTS, _VERBS, _OBJECTS, _ENDINGS) for p in group for w in p.split()
     }
@@ -155,7 +161,7 @@ class TinyConfig:
 
 
 def _tokenizer(extra: Sequence[str]) -> PreTrainedTokenizerFast:
-    words = [*SPECIAL_TOKENS, ".", *_vocabulary(), *extra]
+    words = [*SPECIAL_TOKENS, ".", *vocabulary(), *extra]
     tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
     tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tk.post_processor = processors.TemplateProcessing(

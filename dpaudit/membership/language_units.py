@@ -42,6 +42,7 @@ class LanguageSpec(Table):
         min_k_fraction: Min-K%'s k.
         allow_pickle: load pickle weights (``[target] allow_pickle``).
         digest: hash of every file read, so a changed model or text never reuses a unit.
+        device: ``[execution] device``, where the models run (not in the unit key).
     """
 
     path: str
@@ -52,11 +53,13 @@ class LanguageSpec(Table):
     min_k_fraction: float
     allow_pickle: bool = False
     digest: str = ""
+    device: str = "cpu"
 
     def key_data(self) -> dict[str, Any]:
-        """The unit key: attacks, k and the files' digest, never where the files are."""
+        """The unit key: attacks, k and the files' digest, never where the files are or
+        the device they are scored on."""
         return self.model_dump(
-            mode="json", exclude={"path", "members", "non_members", "reference_paths"}
+            mode="json", exclude={"path", "members", "non_members", "reference_paths", "device"}
         )
 
     @property
@@ -100,6 +103,7 @@ def language_spec(section: MembershipSection, context: RunContext) -> LanguageSp
         min_k_fraction=section.min_k_fraction,
         allow_pickle=t.allow_pickle,
         digest=_digest(paths),
+        device=context.device,
     )
 
 
@@ -121,11 +125,13 @@ def language_unit(spec: LanguageSpec, unit: str) -> dict[str, np.ndarray]:
     marks the member texts (the first ones)."""
     members, non_members = read_texts(Path(spec.members)), read_texts(Path(spec.non_members))
     texts = members + non_members
-    lm = load_causal_lm(Path(spec.path), allow_pickle=spec.allow_pickle)
+    lm = load_causal_lm(Path(spec.path), allow_pickle=spec.allow_pickle, device=spec.device)
     stats = token_statistics(lm, texts, batch_size=BATCH_SIZE)
     reference = [
         token_statistics(
-            load_causal_lm(Path(p), allow_pickle=spec.allow_pickle), texts, batch_size=BATCH_SIZE
+            load_causal_lm(Path(p), allow_pickle=spec.allow_pickle, device=spec.device),
+            texts,
+            batch_size=BATCH_SIZE,
         )
         for p in spec.reference_paths
     ]
@@ -144,7 +150,8 @@ def language_unit(spec: LanguageSpec, unit: str) -> dict[str, np.ndarray]:
     info = {
         "attacks": list(spec.attacks),
         "options": options,
-        "target": lm.description | {"tokens": int(sum(s.tokens for s in stats))},
+        "target": lm.description
+        | {"tokens": int(sum(s.tokens for s in stats)), "device": spec.device},
     }
     membership = np.r_[np.ones(len(members), dtype=bool), np.zeros(len(non_members), dtype=bool)]
     return {"scores": scores, "membership": membership, "info": np.array(json.dumps(info))}

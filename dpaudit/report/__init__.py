@@ -560,6 +560,9 @@ def render_report(results: dict[str, Any]) -> str:
             rec=reconstruction_section(results),
             lc=local_central_section(results),
             sweep=sweep_section(results),
+            exposure=[
+                row for t in raw_tests for row in ((t.get("run") or {}).get("exposure") or [])
+            ],
         )
     )
     # No URL at all in the file, even from user text (a comment in the audit file, a
