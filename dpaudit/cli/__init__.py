@@ -20,10 +20,11 @@ import logging
 import os
 import signal
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from dpaudit._lazy import lazy_exports
 from dpaudit._version import __version__
 from dpaudit.cli._common import (
     EXIT_BAD_INPUT,
@@ -38,7 +39,6 @@ from dpaudit.cli._common import (
 from dpaudit.cli.account import account_command
 from dpaudit.cli.card import card_command
 from dpaudit.cli.init import init_command
-from dpaudit.cli.junit import write_junit
 from dpaudit.cli.plan import plan_command
 from dpaudit.cli.progress import PlainProgress
 from dpaudit.cli.report import report_command
@@ -72,6 +72,12 @@ __all__ = [
     "main",
     "write_junit",
 ]
+
+# The JUnit writer loads when used (it needs xml.etree): ``from dpaudit.cli import write_junit``.
+__getattr__, __dir__ = lazy_exports(__name__, {"write_junit": "dpaudit.cli.junit"})
+
+if TYPE_CHECKING:
+    from dpaudit.cli.junit import write_junit
 
 app = typer.Typer(
     name="dpaudit",

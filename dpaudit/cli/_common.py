@@ -3,8 +3,8 @@ conversion of whatever user code raises into the exit-code contract."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -72,11 +72,6 @@ def user_code(run_dir: Path | None = None) -> Iterator[None]:
         yield
     except DpauditError as exc:
         raise fail(str(exc)) from None
-    except BrokenProcessPool:
-        raise fail(
-            f"a worker process died while computing units (user code may have called "
-            f"os._exit() or crashed the interpreter); {kept}the same command resumes"
-        ) from None
     except OSError as exc:  # disk full, permissions, ... while the run was under way
         where = exc.filename or run_dir or "the run"
         raise fail(
@@ -85,6 +80,14 @@ def user_code(run_dir: Path | None = None) -> Iterator[None]:
     except typer.Exit:
         raise
     except BaseException as exc:
+        # A dead worker of a process pool: its module is loaded whenever one can exist, so
+        # a command that runs no pool (--help, validate) need not import multiprocessing.
+        pool = sys.modules.get("concurrent.futures.process")
+        if pool is not None and isinstance(exc, pool.BrokenProcessPool):
+            raise fail(
+                f"a worker process died while computing units (user code may have called "
+                f"os._exit() or crashed the interpreter); {kept}the same command resumes"
+            ) from None
         converted = guard_user_exit(exc, "user code run by this audit (a plug-in or model)")
         if isinstance(converted, KeyboardInterrupt):
             say(f"interrupted: {kept}run the same command again to resume")

@@ -4,6 +4,7 @@ A command is a shell: it parses, calls one of these, prints the result. Importin
 ``dpaudit.cli`` (for ``--help``, ``--version``, ``init`` or ``validate``) loads none of
 them, so neither torch, dp-accounting nor scipy's statistics: the name → module table
 below is read by :func:`dpaudit._lazy.lazy_exports` when a command first needs a name.
+The CLI's own writers that only some runs need (terminal bars, JUnit XML) load here too.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ _EXPORTS: dict[str, str] = {
     "account_dpsgd": "dpaudit.accounting.statement",
     "account_equation": "dpaudit.accounting.statement",
     "card_for_run": "dpaudit.card",
+    "check_junit_path": "dpaudit.cli.junit",
     "compare": "dpaudit.accounting.composition",
     "default_run_dir": "dpaudit.audit",
     "format_markdown": "dpaudit.accounting.composition",
@@ -30,8 +32,10 @@ _EXPORTS: dict[str, str] = {
     "plan_trials": "dpaudit.planning",
     "render_report": "dpaudit.report",
     "run_session": "dpaudit.session",
+    "terminal_bars": "dpaudit.cli.bars",
     "validate_results": "dpaudit.schemas",
     "verify_run": "dpaudit.audit",
+    "write_junit": "dpaudit.cli.junit",
     "write_profile_figure": "dpaudit.report.profile_plots",
 }
 
@@ -40,6 +44,7 @@ __all__ = [
     "account_dpsgd",
     "account_equation",
     "card_for_run",
+    "check_junit_path",
     "compare",
     "default_run_dir",
     "format_markdown",
@@ -52,8 +57,10 @@ __all__ = [
     "plan_trials",
     "render_report",
     "run_session",
+    "terminal_bars",
     "validate_results",
     "verify_run",
+    "write_junit",
     "write_profile_figure",
 ]
 
@@ -65,6 +72,8 @@ if TYPE_CHECKING:  # the names as static type checkers should see them
     from dpaudit.audit import default_run_dir, plan_from_file, verify_run
     from dpaudit.bounds import EpsilonBound
     from dpaudit.card import card_for_run
+    from dpaudit.cli.bars import terminal_bars
+    from dpaudit.cli.junit import check_junit_path, write_junit
     from dpaudit.planning import ideal_guess_accuracy, plan_one_run, plan_trials
     from dpaudit.report import render_report
     from dpaudit.report.profile_plots import write_profile_figure

@@ -8,18 +8,8 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-
 from dpaudit.cli import _common
+from dpaudit.cli import _library as lib
 from dpaudit.cli._common import duration
 
 
@@ -41,24 +31,7 @@ def progress(quiet: bool) -> Iterator[Callable[[str, int, int], None] | None]:
         finally:  # an audit that stopped early leaves the models logger as it found it
             plain.close()
         return
-    bars = Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("left"),
-        TimeRemainingColumn(),
-        console=err_console,
-        transient=True,
-    )
-    tasks: dict[str, TaskID] = {}
-
-    def update(description: str, total: int, advance: int) -> None:
-        if description not in tasks:
-            tasks[description] = bars.add_task(description, total=total)
-        bars.update(tasks[description], advance=advance)
-
+    bars, update = lib.terminal_bars(err_console)
     with bars:
         yield update
 

@@ -19,7 +19,6 @@ from dpaudit.cli._common import (
     say,
     user_code,
 )
-from dpaudit.cli.junit import check_junit_path, write_junit
 from dpaudit.cli.progress import progress
 from dpaudit.config import load_config
 from dpaudit.membership.sanity import accuracy_line
@@ -51,7 +50,7 @@ def run_command(
         with user_code(), safe_mode(no_plugins):
             given = lib.default_run_dir(load_config(file)).resolve()
     if junit is not None:
-        check_junit_path(junit, given, file.resolve())
+        lib.check_junit_path(junit, given, file.resolve())
     with user_code(given), progress(quiet) as bars:
         result = lib.run_session(
             file,
@@ -63,7 +62,7 @@ def run_command(
             log=None if quiet else say,
         )
     if junit is not None:
-        write_junit(result, junit)
+        lib.write_junit(result, junit)
     if not quiet:
         summary(result)
     elif result.verdict != "pass":
