@@ -34,11 +34,12 @@ from dpaudit.config import (
     load_config_text,
     run_context,
 )
-from dpaudit.errors import DpauditError, KindContractError
+from dpaudit.errors import DpauditError, KindContractError, check_in_interval
 from dpaudit.executors import UnitStats, run_units
 from dpaudit.gate import evaluate_gate
 from dpaudit.kinds import get_kind
 from dpaudit.kinds.base import KindSummary, UnitPlan, VerdictBudget, check_spending
+from dpaudit.planning import TrialPlan, plan_trials
 from dpaudit.plugins import stderr_held
 from dpaudit.report import render_report
 from dpaudit.results import AuditResult
@@ -533,6 +534,258 @@ def measure_trial_cost(
                 walls.append(time.perf_counter() - w0)
                 cpus.append(time.process_time() - c0)
     return TrialCost(name, trials, (walls[0], walls[1]), (cpus[0], cpus[1]), level)
+
+
+#: Calibration trial counts per kind for a plan's time estimate (``dpaudit plan FILE
+#: --time``): mechanism trials are cheap (microseconds), models are not (milliseconds or
+#: more each); a kind not listed is timed at :data:`CALIBRATION_DEFAULT`.
+CALIBRATION: dict[str, tuple[int, int]] = {"mechanism": (20_000, 100_000)}
+CALIBRATION_DEFAULT = (32, 96)
+
+
+class _UnitsNeeded(Exception):
+    """A kind read its stored units to count its comparisons (:class:`_NoUnits`)."""
+
+
+class _NoUnits(Mapping[str, Mapping[str, np.ndarray]]):
+    """Stored outputs that do not exist yet: a kind that counts its in-verdict comparisons
+    from the file alone never reads them; one that reads them raises :class:`_UnitsNeeded`."""
+
+    def __getitem__(self, unit: str) -> Mapping[str, np.ndarray]:
+        raise _UnitsNeeded
+
+    def __iter__(self) -> Iterator[str]:
+        raise _UnitsNeeded
+
+    def __len__(self) -> int:
+        raise _UnitsNeeded
+
+    def __contains__(self, unit: object) -> bool:
+        raise _UnitsNeeded
+
+
+def planned_comparisons(config: AuditConfig) -> dict[str, int]:
+    """Every kind's in-verdict comparisons, counted from the parsed file alone.
+
+    These are the counts :func:`run_audit` gives :class:`VerdictBudget` before any bound is
+    computed (each kind's ``comparisons``), asked before any unit exists. A kind whose
+    count depends on what its units stored (a DP-SGD run's records and checks, a
+    membership target's bounds) cannot be counted so: that is an error naming it.
+
+    Raises:
+        DpauditError: a kind counts its comparisons from its stored units.
+    """
+    context = run_context(config)
+    counts = {}
+    for name in config.audit.kinds:
+        try:
+            counts[name] = get_kind(name).comparisons(config.section(name), context, _NoUnits())
+        except _UnitsNeeded:
+            raise DpauditError(
+                f"the {name!r} kind counts its share of the verdict's confidence from its "
+                "stored units (what the run recorded), not from the file: plan it without "
+                "the file, with --confidence-level 1 − (1 − c)/k for the k comparisons its "
+                "verdict holds (results.json provenance.verdict_budget of a run says k)"
+            ) from None
+    return counts
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    """The plan of an audit file, made from the parsed file (no trial runs).
+
+    The audit spends ONE confidence budget over every in-verdict comparison of every kind
+    (:class:`~dpaudit.kinds.base.VerdictBudget`): each bound is computed at
+    ``level_each`` = 1 − (1 − c)/k, so the trials are planned at that level.
+
+    Attributes:
+        file: the audit file; kind: the kind planned.
+        confidence_level: c of the verdict: the file's ``[audit] confidence_level`` or the
+            one given instead (``confidence_source`` says which: ``"file"`` or ``"given"``).
+        comparisons: per kind, its in-verdict comparisons (k is their sum).
+        level_each: the level of each in-verdict bound, the plan's level.
+        claim: the kind's claim as the file states it (None: the kind's own guarantee).
+        file_trials: the trials per arm the file runs.
+        plan: the trials an ideal attack needs (:func:`dpaudit.planning.plan_trials`).
+        size_notes: the kind's notes on its size at the planned trials (memory, disk).
+        time: the cost measured on this machine (:func:`measure_trial_cost`), only when
+            asked for: it runs the kind on a few trials.
+    """
+
+    file: str | None
+    kind: str
+    confidence_level: float
+    confidence_source: str
+    comparisons: dict[str, int]
+    level_each: float
+    claim: dict[str, Any] | None
+    file_trials: int
+    plan: TrialPlan
+    size_notes: tuple[str, ...] = ()
+    time: TrialCost | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan's fields (as :meth:`TrialPlan.to_dict`), then the file's and the time's."""
+        out: dict[str, Any] = {
+            **self.plan.to_dict(),
+            "file": self.file,
+            "kind": self.kind,
+            "verdict_confidence_level": self.confidence_level,
+            "confidence_source": self.confidence_source,
+            "comparisons": dict(self.comparisons),
+            "level_each": self.level_each,
+            "claim": self.claim,
+            "file_trials_per_arm": self.file_trials,
+            "size_notes": list(self.size_notes),
+        }
+        if self.time is not None:
+            t = self.time
+            out["time"] = {
+                "kind": t.kind,
+                "trials_per_arm": self.plan.trials_per_arm,
+                "wall_seconds": t.wall_seconds(self.plan.trials_per_arm),
+                "cpu_seconds": t.cpu_seconds(self.plan.trials_per_arm),
+                "calibration_trials": list(t.trials),
+                "calibration_wall": list(t.wall),
+                "calibration_cpu": list(t.cpu),
+            }
+        return out
+
+
+def _file_mechanism(section: Any) -> tuple[str, float] | None:
+    """The trade-off curve of a built-in Laplace or Gaussian mechanism as the file runs it:
+    ("laplace", ε) with ε = sensitivity/scale, or ("gaussian", μ) with μ =
+    sensitivity/σ; None for any other mechanism (or kind)."""
+    name = getattr(section, "name", None)
+    sensitivity = getattr(section, "sensitivity", 1.0)
+    if name == "laplace":
+        if getattr(section, "epsilon", None) is not None:
+            return "laplace", float(section.epsilon)
+        if getattr(section, "scale", None) is not None:
+            return "laplace", float(sensitivity / section.scale)
+    if name == "gaussian":
+        if getattr(section, "mu", None) is not None:
+            return "gaussian", float(section.mu)
+        if getattr(section, "sigma", None) is not None:
+            return "gaussian", float(sensitivity / section.sigma)
+    return None
+
+
+def plan_from_file(
+    path_or_config: str | Path | AuditConfig,
+    target: float,
+    *,
+    kind: str | None = None,
+    confidence_level: float | None = None,
+    mechanism_epsilon: float | None = None,
+    mechanism_mu: float | None = None,
+    perfect: bool = False,
+    parameter: str | None = None,
+    delta: float | None = None,
+    threshold: str | None = None,
+    time: bool = False,
+) -> FilePlan:
+    """Plan the trials per arm of one kind of an audit file, from the parsed file alone.
+
+    What the file says is used where nothing else is given: the verdict's confidence
+    level (``[audit] confidence_level``; ``confidence_level`` overrides it), δ (``[audit]
+    delta``), the threshold strategy, the mechanism (a built-in Laplace's ε or Gaussian's
+    μ, unless ``mechanism_epsilon``, ``mechanism_mu`` or ``perfect`` says which attack to
+    plan for) and the claim (a μ claim alone plans the μ bound). The plan's level is the
+    share of the verdict's budget each bound gets: the kinds' in-verdict comparisons are
+    counted from the file (:func:`planned_comparisons`), as the audit counts them before
+    any bound. Nothing runs, unless ``time`` is set: then the kind is run on a few trials
+    (:func:`measure_trial_cost`, in a temporary folder) to extrapolate its wall and CPU
+    time to the planned trials.
+
+    Args:
+        path_or_config: the audit file, or its loaded config.
+        target: the ε (or μ) to certify.
+        kind: the kind to plan (default: the file's first kind).
+        confidence_level: c of the verdict, instead of the file's.
+        mechanism_epsilon, mechanism_mu, perfect: the ideal attack's trade-off curve,
+            instead of the file's mechanism.
+        parameter: ``"epsilon"`` or ``"mu"`` (default: ``"mu"`` for a claim of μ alone).
+        delta: δ of the ε bound, instead of the file's.
+        threshold: the threshold strategy, instead of the kind's.
+        time: also measure the kind's cost on this machine (runs it on a few trials).
+
+    Raises:
+        DpauditError: an unreadable or invalid file, a kind not in the file or without
+            trials, a kind whose comparisons depend on its stored units, no mechanism to
+            plan for, or an unreachable target.
+    """
+    config = (
+        path_or_config if isinstance(path_or_config, AuditConfig) else load_config(path_or_config)
+    )
+    name = kind or config.audit.kinds[0]
+    if name not in config.audit.kinds:
+        raise DpauditError(f"kind {name!r} is not in this audit file's kinds {config.audit.kinds}")
+    section = config.section(name)
+    if "trials" not in type(section).model_fields:
+        raise DpauditError(
+            f"kind {name!r} has no 'trials' to plan; a file is planned for the kinds with "
+            "trials (mechanism, dpsgd)"
+        )
+    c = config.audit.confidence_level if confidence_level is None else confidence_level
+    check_in_interval("confidence_level", c, 0.0, 1.0, low_open=True, high_open=True)
+    counts = planned_comparisons(config)
+    level = VerdictBudget(c, sum(counts.values())).level
+    claim_table = getattr(section, "claim", None)
+    claim = None if claim_table is None else claim_table.model_dump(exclude_none=True)
+    tradeoff: str
+    if perfect or mechanism_epsilon is not None or mechanism_mu is not None:
+        given = [perfect, mechanism_epsilon is not None, mechanism_mu is not None]
+        if sum(given) != 1:
+            raise DpauditError(
+                "Give at most one of mechanism_epsilon (Laplace), mechanism_mu (Gaussian), perfect."
+            )
+        tradeoff = (
+            "perfect" if perfect else "laplace" if mechanism_epsilon is not None else "gaussian"
+        )
+    else:
+        found = _file_mechanism(section)
+        if found is None:
+            raise DpauditError(
+                f"the file's {name!r} table runs no built-in Laplace or Gaussian mechanism "
+                "whose trade-off curve the ideal attack could have; give --mechanism-epsilon "
+                "(Laplace), --mechanism-mu (Gaussian) or --perfect"
+            )
+        tradeoff, value = found
+        mechanism_epsilon, mechanism_mu = (value, None) if tradeoff == "laplace" else (None, value)
+    if parameter is None:
+        only_mu = claim is not None and "mu" in claim and "epsilon" not in claim
+        parameter = "mu" if only_mu else "epsilon"
+    plan = plan_trials(
+        target,
+        config.audit.delta if delta is None else delta,
+        level,
+        tradeoff=tradeoff,  # type: ignore[arg-type]  # one of the three, chosen above
+        mechanism_epsilon=mechanism_epsilon,
+        mechanism_mu=mechanism_mu,
+        parameter=parameter,  # type: ignore[arg-type]  # plan_trials checks the choice
+        threshold=(threshold or getattr(section, "threshold", "split")),  # type: ignore[arg-type]
+    )
+    planned = section.model_copy(update={"trials": plan.trials_per_arm})
+    notes = get_kind(name).size_notes(planned, run_context(config))
+    cost = (
+        measure_trial_cost(config, name, trials=CALIBRATION.get(name, CALIBRATION_DEFAULT))
+        if time
+        else None
+    )
+    return FilePlan(
+        file=None if config.source is None else str(config.source),
+        kind=name,
+        confidence_level=c,
+        confidence_source="file" if confidence_level is None else "given",
+        comparisons=counts,
+        level_each=level,
+        claim=claim,
+        file_trials=int(section.trials),
+        plan=plan,
+        size_notes=tuple(notes),
+        time=cost,
+    )
 
 
 def _allocate_budget(

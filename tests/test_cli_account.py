@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -166,34 +165,12 @@ def test_plan_one_run_refuses_a_file_and_an_accuracy_that_cannot_reach():
               "--perfect"],
     )  # fmt: skip
     assert res.exit_code == 2
-    assert "timing AUDIT_FILE is for --design multi-run" in res.output
+    assert "planning FILE is for --design multi-run" in res.output
     res = runner.invoke(
         app, ["plan", "--design", "one-run", "--target", "1", "--guess-accuracy", "0.5"]
     )
     assert res.exit_code == 2
     assert "accuracy must be in (0.5, 1]. Got 0.5." in res.output
-
-
-def test_plan_times_an_audit_file_and_extrapolates_a_line(tmp_path: Path) -> None:
-    # The estimate is the line through the two timed calibration runs: fixed + slope × n.
-    res = runner.invoke(
-        app, ["plan", "audits/laplace.toml", "--target", "0.95", "--mechanism-epsilon", "1",
-              "--json"],
-    )  # fmt: skip
-    assert res.exit_code == 0, res.output
-    out = json.loads(res.output)
-    t = out["time"]
-    (n0, n1), (w0, w1) = t["calibration_trials"], t["calibration_wall"]
-    slope = max(w1 - w0, 0.0) / (n1 - n0)
-    expected = max(w0 - slope * n0, 0.0) + slope * out["trials_per_arm"]
-    assert t["wall_seconds"] == pytest.approx(expected)
-    assert t["kind"] == "mechanism"
-    # The file's verdict holds three comparisons (ε, μ and the Laplace claim curve): each
-    # bound at 1 − 0.05/3, and the plan is made at that level (without a file, 29,416
-    # trials at 0.95; `dpaudit plan --confidence-level 0.98333…` alone gives the same).
-    assert t["level_each"] == pytest.approx(1 - 0.05 / 3)
-    assert out["confidence_level"] == pytest.approx(1 - 0.05 / 3)
-    assert t["trials_per_arm"] == out["trials_per_arm"] == 43720
 
 
 def test_account_identifies_full_batch_as_exact_gdp_with_its_rho():
@@ -247,3 +224,16 @@ def test_plan_sequential_claim_curve_is_the_core_planner() -> None:
     missing = runner.invoke(app, design)
     assert missing.exit_code == 2
     assert "give --run-sigma (the σ the run really has" in missing.output
+
+
+def test_account_prints_the_accounting_librarys_statement() -> None:
+    # The CLI prints what dpaudit.accounting.statement.account_dpsgd assembles, nothing more:
+    # q = 1, σ = 5, T = 100 is DP-GD, ρ = T/(2σ²) = 2 (Bun, Steinke 2016, Prop. 1.6).
+    from dpaudit.accounting.statement import account_dpsgd, json_finite
+
+    args = ["--noise-multiplier", "5", "--sampling-rate", "1", "--steps", "100"]
+    res = runner.invoke(app, ["account", *args, "--delta", "1e-6", "--json"])
+    assert res.exit_code == 0, res.output
+    account = account_dpsgd(noise_multiplier=5, sampling_rate=1.0, steps=100, delta=1e-6)
+    assert account.rho == pytest.approx(2.0)
+    assert json.loads(res.output) == json_finite(account.to_dict())

@@ -277,3 +277,21 @@ def test_a_crashing_plug_in_is_exit_2_never_1(tmp_path: Path) -> None:
     # process that ran the audit ended on the uncaught exception, its supervisor says 2.
     assert loud.returncode == 2
     assert "Traceback" in loud.stderr
+
+
+def test_a_dead_worker_pool_is_exit_2_and_says_the_units_are_kept(capsys) -> None:
+    # The pool's exception is recognised without the CLI importing multiprocessing at start.
+    from concurrent.futures.process import BrokenProcessPool
+
+    import typer
+
+    from dpaudit.cli._common import user_code
+
+    with pytest.raises(typer.Exit) as info, user_code(Path("runs/a")):
+        raise BrokenProcessPool("A process in the process pool was terminated abruptly")
+    assert info.value.exit_code == 2
+    assert " ".join(capsys.readouterr().err.split()) == (
+        "error: a worker process died while computing units (user code may have called "
+        "os._exit() or crashed the interpreter); every finished unit is kept in runs/a; the "
+        "same command resumes"
+    )

@@ -33,10 +33,11 @@ from rich.console import Console
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-import dpaudit.cli as cli
+import dpaudit.cli._common as cli_common
 import dpaudit.trainers.opacus as adapter
 from dpaudit.accounting import dpsgd_epsilon, dpsgd_mu_bracket
 from dpaudit.cli import PlainProgress, app
+from dpaudit.cli.progress import progress as cli_progress
 from dpaudit.errors import ConfigError
 from dpaudit.models import ModelSpec
 from dpaudit.trainers import CanarySetup, CapturedOutput, TrainerSettings
@@ -495,7 +496,7 @@ def test_a_progress_stopped_before_its_kind_finished_gives_the_logger_back() -> 
 
 
 def _audit_stopped_in_its_first_unit() -> None:
-    with cli._progress(quiet=False) as progress:
+    with cli_progress(quiet=False) as progress:
         assert isinstance(progress, PlainProgress)
         progress("training", 2, 0)
         assert MODEL_PROGRESS.level == logging.INFO
@@ -503,7 +504,7 @@ def _audit_stopped_in_its_first_unit() -> None:
 
 
 def test_the_cli_progress_closes_when_the_audit_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "err_console", Console(file=io.StringIO()))  # not a terminal
+    monkeypatch.setattr(cli_common, "err_console", Console(file=io.StringIO()))  # not a terminal
     with pytest.raises(RuntimeError, match="stopped"):
         _audit_stopped_in_its_first_unit()
     assert (_listeners(), MODEL_PROGRESS.level) == ([], logging.NOTSET)

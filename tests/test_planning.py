@@ -179,6 +179,19 @@ def test_plan_one_run_reaches_the_target_and_two_fewer_guesses_do_not() -> None:
     assert plan.limit >= plan.expected_value
 
 
+def test_plan_one_run_from_a_mechanism_is_the_plan_at_its_ideal_guess_accuracy() -> None:
+    from dpaudit.planning import plan_one_run
+
+    # ε-DP: the best guess of a fair coin errs w.p. 1/(1 + e^ε) (Dong, Roth, Su 2022)
+    accuracy = 1.0 / (1.0 + math.exp(-3.0))
+    by_mechanism = plan_one_run(1.5, 1e-5, 0.95, mechanism_epsilon=3.0, canaries_per_guess=10)
+    by_accuracy = plan_one_run(1.5, 1e-5, 0.95, accuracy=accuracy, canaries_per_guess=10)
+    assert by_mechanism == by_accuracy
+    assert plan_one_run(5.0, 1e-5).accuracy == 1.0  # neither given: a perfect attack
+    with pytest.raises(DpauditError, match="not both"):
+        plan_one_run(1.5, accuracy=0.9, mechanism_epsilon=3.0)
+
+
 def test_trial_cost_line_through_two_timings() -> None:
     from dpaudit.audit import TrialCost
 

@@ -9,6 +9,7 @@ Modules:
     ``_accountants``: events, ε(δ), δ(ε), privacy profiles, μ brackets, noise calibration.
     ``upper_bounds``: records of what ran, or a stated claim → the (ε, δ, μ) upper bounds.
     ``composition``: composition theorems side by side (basic, advanced, RDP, PLD, GDP).
+    ``statement``: what ``dpaudit account`` states, assembled (a result object).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ __all__ = [
 _IMPLEMENTATION = "dpaudit.accounting._accountants"
 # Submodules are imported by the import system, never looked up in the implementation:
 # ``from dpaudit.accounting import upper_bounds`` must not load dp-accounting.
-_SUBMODULES = frozenset({"composition", "upper_bounds", "_accountants"})
+_SUBMODULES = frozenset({"composition", "statement", "upper_bounds", "_accountants"})
 
 
 def __getattr__(name: str) -> Any:

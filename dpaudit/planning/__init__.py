@@ -553,23 +553,37 @@ def plan_one_run(
     delta: float = 0.0,
     confidence_level: float = 0.95,
     *,
-    accuracy: float = 1.0,
+    accuracy: float | None = None,
+    mechanism_epsilon: float | None = None,
+    mechanism_mu: float | None = None,
     canaries_per_guess: int = 1,
     max_guesses: int = 10**7,
 ) -> OneRunPlan:
     """The fewest guesses r with which a one-run audit is expected to certify the target.
 
-    The ideal attack gets round(accuracy × r) of its r guesses right
-    (:func:`ideal_guess_accuracy` gives the accuracy of the best guess against an ε-DP or
-    μ-GDP mechanism; 1.0 is a perfect attack, whose plan is the limit of detection). The
-    bound is Steinke, Nasr, Jagielski (2023, NeurIPS, Theorem 3.1) via
+    The ideal attack gets round(accuracy × r) of its r guesses right. The accuracy is
+    given, or is that of the best guess against the ε-DP (``mechanism_epsilon``) or μ-GDP
+    (``mechanism_mu``) mechanism audited (:func:`ideal_guess_accuracy`), or 1.0 when
+    neither is given: a perfect attack, whose plan is the limit of detection. The bound is
+    Steinke, Nasr, Jagielski (2023, NeurIPS, Theorem 3.1) via
     :func:`~dpaudit.bounds.one_run_epsilon_lower_bound`; r is found by doubling, then
     bisection over even r.
 
     Raises:
         DpauditError: the target is not reachable within ``max_guesses`` (an accuracy
-            below e^ε/(1 + e^ε) cannot certify ε however many guesses are made).
+            below e^ε/(1 + e^ε) cannot certify ε however many guesses are made), or both
+            an accuracy and a mechanism are given.
     """
+    if mechanism_epsilon is not None or mechanism_mu is not None:
+        if accuracy is not None:
+            raise DpauditError(
+                "Give the guesses' accuracy or the mechanism it is derived from, not both."
+            )
+        accuracy = ideal_guess_accuracy(
+            mechanism_epsilon=mechanism_epsilon, mechanism_mu=mechanism_mu
+        )
+    elif accuracy is None:
+        accuracy = 1.0
     if not target_epsilon > 0:
         raise DpauditError(f"The 'target_epsilon' parameter must be > 0. Got {target_epsilon!r}.")
     if not 0.5 < accuracy <= 1.0:
