@@ -294,6 +294,20 @@ def load_plugin(
     return _Guarded(fn, where)
 
 
+def end_with_parent(alive: int) -> None:
+    """End this process when its supervising parent ends: a thread waits for EOF on the
+    parent's ``alive`` pipe (the parent holds its write end and never writes), then kills
+    this process, so a watched child (``dpaudit run``'s, a run session's) never outlives
+    the process that watches it, however that one ended (``kill -9`` included)."""
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):
+            os.read(alive, 1)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="dpaudit-parent-watch", daemon=True).start()
+
+
 @contextlib.contextmanager
 def stderr_held() -> Iterator[None]:
     """Hold back what is written to ``sys.stderr`` inside the block (user code checked

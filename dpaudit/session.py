@@ -31,10 +31,8 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +41,7 @@ from typing import Any
 from dpaudit.audit import default_run_dir, run_audit, verify_run
 from dpaudit.config import AuditConfig, load_config
 from dpaudit.errors import DpauditError
-from dpaudit.plugins import guard_user_exit, safe_mode, safe_mode_active
+from dpaudit.plugins import end_with_parent, guard_user_exit, safe_mode, safe_mode_active
 from dpaudit.results import AuditResult
 from dpaudit.store import LockRefused, RunDirectoryBusy, RunLock, remove_outputs
 
@@ -228,19 +226,6 @@ def _child_main() -> int:
     with os.fdopen(fd, "wb") as pipe:
         pipe.write(pickle.dumps(reply))
     return 0
-
-
-def end_with_parent(alive: int) -> None:
-    """End this process when its supervising parent ends: a thread waits for EOF on the
-    parent's ``alive`` pipe (the parent holds its write end and never writes), then kills
-    this process, so a watched child never outlives the process that watches it."""
-
-    def watch() -> None:
-        with contextlib.suppress(OSError):
-            os.read(alive, 1)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    threading.Thread(target=watch, name="dpaudit-parent-watch", daemon=True).start()
 
 
 def call_watched(fn: Callable[..., Any], *args: Any, what: str) -> Any:

@@ -48,14 +48,13 @@ from dpaudit.cli.supervise import (
     SUPERVISED,
     ascii_if_needed,
     child_fds,
-    end_with_parent,
     report_exit,
     run_supervised,
 )
 from dpaudit.cli.validate import validate_command
 from dpaudit.cli.verify import verify_command
 from dpaudit.errors import DpauditError
-from dpaudit.plugins import interrupt_handler, safe_mode_active
+from dpaudit.plugins import end_with_parent, interrupt_handler, safe_mode_active
 from dpaudit.safe_text import one_line
 
 __all__ = [

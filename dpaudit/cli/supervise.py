@@ -11,8 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-from contextlib import suppress
 
 from dpaudit.cli._common import EXIT_BAD_INPUT, err_console
 from dpaudit.safe_text import ASCII_ERRORS
@@ -94,17 +92,6 @@ def child_fds() -> tuple[int, int] | None:
     except ValueError:
         return None
     return report, alive
-
-
-def end_with_parent(alive: int) -> None:
-    """End this process when the supervising parent ends (EOF on its pipe)."""
-
-    def watch() -> None:
-        with suppress(OSError):
-            os.read(alive, 1)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    threading.Thread(target=watch, name="dpaudit-parent-watch", daemon=True).start()
 
 
 def report_exit(code: int) -> None:
