@@ -93,6 +93,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without MLflow
 
 from dpaudit.errors import ConfigError, DataError
 from dpaudit.notebook import ModelAuditSettings, write_model_audit
+from dpaudit.plugins import NO_PLUGINS_ENV, safe_mode_active
 
 __all__ = ["DpauditEvaluator", "EvaluatorConfig", "metrics_from_results"]
 
@@ -610,6 +611,12 @@ class DpauditEvaluator(ModelEvaluator):
             )
         from dpaudit.session import call_watched
 
+        if safe_mode_active():
+            raise ConfigError(
+                f"safe mode ({NO_PLUGINS_ENV}=1) runs no user code, and this model's outputs "
+                "come from its own predict: audit its scores file with `dpaudit run "
+                "--no-plugins` instead"
+            )
         outputs, kind, classes = call_watched(
             _class_outputs, model, X, config.output, what="the MLflow model's predict"
         )

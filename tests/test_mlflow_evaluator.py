@@ -436,3 +436,20 @@ def test_a_custom_model_is_audited_by_its_outputs(world, tmp_path: Path) -> None
             uri, world["data"], targets="label", model_type="classifier",
             evaluators="dpaudit", evaluator_config={**config, "attacks": ["shadow"]},
         )  # fmt: skip
+
+
+def test_safe_mode_runs_no_model_code(world, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DPAUDIT_NO_PLUGINS", "1")
+    # a scikit-learn model is audited from a pickle: refused before it is loaded
+    with pytest.raises(ConfigError, match=r"'target\.allow_pickle' = true unpickles a model"):
+        _evaluate(world, {"members": "is_member", "attacks": ["loss"]})
+    # a custom model answers only through its own predict: never called
+    uri = _custom(world, _Exits())
+    with (
+        mlflow.start_run(),
+        pytest.raises(ConfigError, match=r"safe mode \(DPAUDIT_NO_PLUGINS=1\)"),
+    ):
+        mlflow.models.evaluate(
+            uri, world["data"], targets="label", model_type="classifier",
+            evaluators="dpaudit", evaluator_config={"members": "is_member"},
+        )  # fmt: skip
