@@ -14,8 +14,8 @@ from dpaudit.accounting.upper_bounds import Claim
 from dpaudit.errors import ConfigError
 from dpaudit.models import ModelStack
 from dpaudit.records import DPSGDRecord
-from dpaudit.trainers import CanarySetup, TrainerOutput, TrainerSettings
 from dpaudit.trainers.observers import _chain, _GreyBoxObserver, canary_observer
+from dpaudit.trainers.protocol import CanarySetup, TrainerOutput, TrainerSettings
 from dpaudit.training import GradientCanary, TrainingSpec, train_many
 
 

@@ -18,7 +18,7 @@ from dpaudit.bounds.greybox import GreyBoxObservations
 from dpaudit.errors import ConfigError, DpauditError, check_choice
 from dpaudit.records import DPSGDRecord
 from dpaudit.theory.whitebox import WHITE_BOX_SCORES, mixture_log_likelihood_ratio
-from dpaudit.trainers import CanarySetup
+from dpaudit.trainers.protocol import CanarySetup
 from dpaudit.training import StepInfo, TrainingSpec
 from dpaudit.training.sampling import sampling_plan
 

@@ -17,7 +17,7 @@ from dpaudit.errors import ConfigError, DpauditError
 from dpaudit.models import ModelSpec, ModelStack
 from dpaudit.records import DPSGDRecord
 from dpaudit.theory import erm
-from dpaudit.trainers import CanarySetup, TrainerOutput, TrainerSettings
+from dpaudit.trainers.protocol import CanarySetup, TrainerOutput, TrainerSettings
 from dpaudit.training.gradient_laplace import (
     laplace_log_likelihood_ratio,
     train_gradient_laplace,
