@@ -34,7 +34,7 @@ from dpaudit.kinds.base import KindSummary, Outputs, RunContext, UnitPlan
 from dpaudit.language.finetune import DPFineTuning, canary_scores, canary_tokens, dp_finetune
 from dpaudit.language.tiny import build_tiny_lm, generate_texts, train_plain
 from dpaudit.records import DPSGDRecord
-from dpaudit.results import Check, Comparison, score_summary
+from dpaudit.results import Check, paired_comparisons, score_summary
 from dpaudit.sections import Table
 
 __all__ = ["LANGUAGE_UNIT", "LanguageRunSpec", "language_plan", "language_summary", "language_unit"]
@@ -128,27 +128,15 @@ def language_summary(
         (found.epsilon.value, upper.epsilon),
         None if found.mu is None else (found.mu.value, upper.mu),
     )
-    comparisons = [
-        Comparison(
-            test=label,
-            parameter="epsilon",
-            lower=found.epsilon,
-            upper=upper.epsilon,
-            upper_source="accountant ε",
-            in_verdict=decides == "epsilon",
-        )
-    ]
-    if found.mu is not None:
-        comparisons.append(
-            Comparison(
-                test=label,
-                parameter="mu",
-                lower=found.mu,
-                upper=upper.mu,
-                upper_source="accountant μ",
-                in_verdict=decides == "mu",
-            )
-        )
+    comparisons = paired_comparisons(
+        label,
+        found.epsilon,
+        found.mu,
+        upper_epsilon=upper.epsilon,
+        upper_mu=upper.mu,
+        source="accountant",
+        in_verdict=(decides,),
+    )
     test = score_summary(
         "dpsgd-language-one-run",
         label,
