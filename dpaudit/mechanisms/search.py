@@ -58,6 +58,7 @@ from dpaudit.bounds import (
     MuBound,
     ThresholdStrategy,
     epsilon_and_mu_lower_bounds,
+    epsilon_inequalities,
     epsilon_lower_bound,
     learned_lower_bounds,
 )
@@ -338,9 +339,7 @@ def plug_in_epsilon(neg: np.ndarray, pos: np.ndarray, *, delta: float) -> float:
     n0, n1 = curve.negatives, curve.positives
     fpr = (np.asarray(curve.fpr) * n0 + 0.5) / (n0 + 1)
     fnr = (np.asarray(curve.fnr) * n1 + 0.5) / (n1 + 1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        one = np.log(np.maximum(1 - delta - fnr, 1e-300) / fpr)
-        two = np.log(np.maximum(1 - delta - fpr, 1e-300) / fnr)
+    one, two = epsilon_inequalities(fpr, fnr, delta=delta)
     return float(max(np.max(one), np.max(two), 0.0))
 
 
@@ -456,14 +455,7 @@ def _direction(bound: EpsilonBound) -> str:
     too likely under D (ln((1 − δ − FPR)/FNR))."""
     if bound.fpr is None or bound.fnr is None:
         return "above"
-    fpr, fnr, d = bound.fpr.high, bound.fnr.high, bound.delta
-    with np.errstate(divide="ignore"):
-        one = math.log(1 - d - fnr) - math.log(fpr) if 1 - d - fnr > 0 and fpr > 0 else -math.inf
-        two = math.log(1 - d - fpr) - math.log(fnr) if 1 - d - fpr > 0 and fnr > 0 else -math.inf
-    if fpr == 0 and 1 - d - fnr > 0:
-        one = math.inf
-    if fnr == 0 and 1 - d - fpr > 0:
-        two = math.inf
+    one, two = epsilon_inequalities(bound.fpr.high, bound.fnr.high, delta=bound.delta)
     return "above" if one >= two else "below"
 
 
