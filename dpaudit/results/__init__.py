@@ -2,6 +2,7 @@
 
 The keys written here are documented in ``dpaudit/schemas/results.schema.json`` and
 versioned by ``SCHEMA_VERSION``; every run validates against that schema in the tests.
+The gate that turns these results into checks and a verdict is :mod:`dpaudit.results.gate`.
 """
 
 from __future__ import annotations
