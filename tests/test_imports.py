@@ -134,3 +134,52 @@ def test_help_and_validate_load_no_torch_accounting_or_scipy_stats(command: list
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
     )
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+# ------------------------------------------------------------------- lazy submodules
+
+
+def test_a_kind_adapter_loads_its_family_machinery_on_first_use() -> None:
+    code = (
+        "import sys\n"
+        "import dpaudit.mechanisms.kind as kind\n"
+        "print('dpaudit.mechanisms.summary' in sys.modules, repr(kind.summary))\n"
+        "kind.summary.declared_curve\n"
+        "print('dpaudit.mechanisms.summary' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == [
+        "False <lazy submodule 'dpaudit.mechanisms.summary'>",
+        "True",
+    ]
+
+
+def test_a_lazy_submodule_reads_the_real_module_at_every_access(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import dpaudit.mechanisms.summary as real
+    from dpaudit._lazy import LazySubmodule
+
+    stand_in = LazySubmodule("dpaudit.mechanisms.summary")
+    assert stand_in.declared_curve is real.declared_curve
+    monkeypatch.setattr(real, "declared_curve", "patched")
+    assert stand_in.declared_curve == "patched"  # a test's patch is seen through it
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = stand_in.no_such_name
+    # once imported, the package hands out the module itself
+    from dpaudit.mechanisms import summary
+
+    assert summary is real
+
+
+@pytest.mark.parametrize(
+    "family", ["mechanisms", "dpsgd", "membership", "reconstruction", "local_central"]
+)
+def test_every_lazy_submodule_a_family_names_is_one_of_its_modules(family: str) -> None:
+    import importlib
+
+    package = importlib.import_module(f"dpaudit.{family}")
+    assert package._SUBMODULES
+    for name in package._SUBMODULES:
+        assert importlib.util.find_spec(f"dpaudit.{family}.{name}") is not None, name
+        assert name in dir(package)
