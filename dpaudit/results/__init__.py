@@ -151,7 +151,9 @@ def paired_comparisons(
         The ε comparison, then the μ comparison (when ``mu`` is given).
     """
     names = source if isinstance(source, tuple) else (f"{source} ε", f"{source} μ")
-    pairs = [("epsilon", epsilon, upper_epsilon, names[0])]
+    pairs: list[tuple[str, EpsilonBound | MuBound, float | None, str]] = [
+        ("epsilon", epsilon, upper_epsilon, names[0])
+    ]
     if mu is not None:
         pairs.append(("mu", mu, upper_mu, names[1]))
     return [
