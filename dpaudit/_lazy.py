@@ -5,8 +5,8 @@ use, so that importing a package (``dpaudit``, or a family such as ``dpaudit.mem
 when one of its light modules is needed) does not pay for torch or scipy.
 
 A package may also name submodules that load on first use: ``from dpaudit.dpsgd import
-units`` at the top of a kind adapter then binds a stand-in that imports
-``dpaudit.dpsgd.units`` the first time one of its attributes is read (inside a function),
+units`` at the top of a kind adapter then binds ``dpaudit.dpsgd.units`` without running
+it: its code runs the first time one of its attributes is read (inside a function),
 so that loading an audit file never imports the machinery behind it. This is the one
 place dpaudit defers an import; modules import each other by name everywhere else.
 """
@@ -14,30 +14,34 @@ place dpaudit defers an import; modules import each other by name everywhere els
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
 
-class LazySubmodule(ModuleType):
-    """Stands for the submodule ``name`` until an attribute is read, then imports it.
+def lazy_module(name: str) -> ModuleType:
+    """The module ``name``, imported now if it is, else registered to load on first use.
 
-    Every attribute read goes to the real module (nothing is copied), so a test that
-    patches the real module is seen through the stand-in.
+    A module not imported yet is put in ``sys.modules`` through
+    :class:`importlib.util.LazyLoader`: it is the real module object, whose code runs the
+    first time one of its attributes is read. ``import name`` elsewhere then returns the
+    same object, and a patch (``monkeypatch.setattr``) made through either is the same
+    patch.
     """
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-
-    def __getattr__(self, attribute: str) -> Any:
-        return getattr(importlib.import_module(self.__name__), attribute)
-
-    def __dir__(self) -> list[str]:
-        return dir(importlib.import_module(self.__name__))
-
-    def __repr__(self) -> str:
-        return f"<lazy submodule {self.__name__!r}>"
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
 
 
 def lazy_exports(
@@ -54,15 +58,15 @@ def lazy_exports(
         exports: public name → the module that defines it.
         modules: names that ARE their module (``dpaudit.theory``), not an attribute of it.
         submodules: the package's own submodules that ``from package import name`` binds
-            as a :class:`LazySubmodule` (imported on first attribute read) while they are
-            not imported yet.
+            without running them: :func:`lazy_module`, run on the first attribute read.
     """
     namespace = importlib.import_module(package).__dict__
 
     def __getattr__(name: str) -> Any:
         if name in submodules:
-            full = f"{package}.{name}"
-            return sys.modules.get(full) or LazySubmodule(full)
+            module = lazy_module(f"{package}.{name}")
+            namespace[name] = module
+            return module
         module_name = exports.get(name)
         if module_name is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
