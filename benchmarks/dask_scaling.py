@@ -66,8 +66,8 @@ def main() -> None:
     import torch
     from distributed import Client
 
-    from dpaudit.executors import local_cluster, run_units
     from dpaudit.store import RunStore
+    from dpaudit.store.executors import local_cluster, run_units
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=1000)

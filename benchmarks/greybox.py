@@ -113,12 +113,9 @@ elif part == "overhead":
     torch.set_num_threads(1)
     from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
     from dpaudit.dpsgd.setup import _setup
-    from dpaudit.trainers import (
-        CanarySetup,
-        TrainerSettings,
-        _engine_train,
-        _GreyBoxObserver,
-    )
+    from dpaudit.trainers import CanarySetup, TrainerSettings
+    from dpaudit.trainers.engine import _engine_train
+    from dpaudit.trainers.observers import _GreyBoxObserver
 
     for rows, bs, ep in [(100, 25, 2), (100, 2, 10)]:
         s = DpsgdSection.model_validate(

@@ -35,14 +35,13 @@ from dpaudit.config import (
     run_context,
 )
 from dpaudit.errors import DpauditError, KindContractError, check_in_interval
-from dpaudit.executors import UnitStats, run_units
-from dpaudit.gate import evaluate_gate
 from dpaudit.kinds import get_kind
 from dpaudit.kinds.base import KindSummary, UnitPlan, VerdictBudget, check_spending
 from dpaudit.planning import TrialPlan, plan_trials
 from dpaudit.plugins import stderr_held
 from dpaudit.report import render_report
 from dpaudit.results import AuditResult
+from dpaudit.results.gate import evaluate_gate
 from dpaudit.store import (
     LockRefused,
     RunDirectoryBusy,
@@ -55,6 +54,7 @@ from dpaudit.store import (
     read_back,
     remove_outputs,
 )
+from dpaudit.store.executors import UnitStats, run_units
 
 #: Progress callback: (description, total units, units just finished).
 Progress = Callable[[str, int, int], None]

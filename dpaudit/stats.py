@@ -104,13 +104,3 @@ def normal_quantile(p: float) -> float:
     scipy.stats (≈ 0.5 s of imports) out of every command that only needs a quantile.
     """
     return float(special.ndtri(p))
-
-
-def normal_interval(
-    estimate: float, standard_error: float, *, confidence_level: float, clip=(0.0, 1.0)
-) -> ConfidenceInterval:
-    """Two-sided Wald interval ``estimate ± z·se`` clipped to ``clip``."""
-    z = normal_quantile(0.5 + confidence_level / 2.0)
-    low = max(clip[0], estimate - z * standard_error)
-    high = min(clip[1], estimate + z * standard_error)
-    return ConfidenceInterval(low, high)

@@ -342,7 +342,7 @@ def test_the_canary_coins_cost_one_call_per_model_and_block(
 def test_the_greybox_observer_records_every_step_as_the_engine_ran_it() -> None:
     """Whole-chunk steps (written through slices) and steps where some models have
     finished (gathered per model) record the same values the engine's step shows."""
-    from dpaudit.trainers import _GreyBoxObserver
+    from dpaudit.trainers.observers import _GreyBoxObserver
 
     rng = np.random.default_rng(1)
     x = np.zeros((40, 3), dtype=np.float32)  # column 2 stays 0: the untouched coordinate

@@ -274,3 +274,34 @@ def test_validity_check_has_power_against_an_uncorrected_maximum() -> None:
         return rng.normal(0, 1, TRIALS), rng.normal(0, 1, TRIALS)
 
     assert _failure_rate(same, uncorrected, 0.0, "split") > CEILING
+
+
+# ----------------------------------------------------- the one ε-from-error-rates formula
+
+
+def test_epsilon_inequalities_closed_form_and_edges() -> None:
+    from dpaudit.bounds import epsilon_inequalities
+
+    # Kairouz, Oh, Viswanath 2015, Thm. 2.1: ε ≥ ln((1 − δ − FNR)/FPR), ln((1 − δ − FPR)/FNR)
+    one, two = epsilon_inequalities(0.1, 0.2, delta=0.01)
+    assert float(one) == pytest.approx(math.log(0.79 / 0.1), rel=1e-15)
+    assert float(two) == pytest.approx(math.log(0.89 / 0.2), rel=1e-15)
+    # a numerator ≤ 0 says nothing (−inf); a zero rate under a positive numerator: +inf
+    one, two = epsilon_inequalities(np.array([0.0, 0.6]), np.array([0.3, 1.0]), delta=0.0)
+    assert one.tolist() == [math.inf, -math.inf]
+    assert two.tolist() == [pytest.approx(math.log(1 / 0.3)), pytest.approx(math.log(0.4))]
+
+
+def test_every_epsilon_from_rates_reads_the_one_formula() -> None:
+    from dpaudit.bounds import bayesian, epsilon_inequalities
+
+    rng = np.random.default_rng(7)
+    fpr, fnr = rng.random(1000), rng.random(1000)
+    one, two = epsilon_inequalities(fpr, fnr, delta=1e-5)
+    expected = np.maximum(0.0, np.maximum(one, two))
+    np.testing.assert_array_equal(epsilon_from_rates(fpr, fnr, delta=1e-5), expected)
+    np.testing.assert_array_equal(bayesian.epsilon_from_rates(fpr, fnr, delta=1e-5), expected)
+    # the rigorous bound drops a term with a zero upper limit (Clopper–Pearson never gives
+    # one); the posterior draws read it as ε = ∞
+    assert float(epsilon_from_rates(0.0, 0.3, delta=0.0)) == pytest.approx(math.log(1 / 0.3))
+    assert math.isinf(float(bayesian.epsilon_from_rates(np.array(0.0), np.array(0.3), delta=0.0)))

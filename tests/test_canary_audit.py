@@ -22,13 +22,9 @@ from dpaudit.dpsgd.schema import DpsgdSection
 from dpaudit.errors import ConfigError
 from dpaudit.mechanisms.noise import Claim
 from dpaudit.records import DPSGDRecord
-from dpaudit.trainers import (
-    TrainerOutput,
-    _engine_train,
-    _linear_stack,
-    dpgd_trainer,
-    output_perturbation_models,
-)
+from dpaudit.trainers import TrainerOutput, dpgd_trainer, output_perturbation_models
+from dpaudit.trainers.engine import _engine_train
+from dpaudit.trainers.perturbation import _linear_stack
 from dpaudit.training import DPConfig
 
 HERE = Path(__file__).parent

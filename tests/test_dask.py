@@ -22,10 +22,10 @@ pytest.importorskip("distributed")
 from dpaudit.audit import run_audit, run_context
 from dpaudit.config import load_config
 from dpaudit.errors import DpauditError
-from dpaudit.executors import run_units
 from dpaudit.kinds import get_kind
 from dpaudit.kinds.base import UnitPlan
 from dpaudit.store import RunStore
+from dpaudit.store.executors import run_units
 
 SLOW_PLUGIN = """
 import time
@@ -60,7 +60,7 @@ def _plan(config) -> UnitPlan:
 @pytest.fixture(scope="module")
 def cluster():
     pytest.importorskip("distributed")
-    from dpaudit.executors import local_cluster
+    from dpaudit.store.executors import local_cluster
 
     with local_cluster(2) as c:
         yield c

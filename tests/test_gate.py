@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 from dpaudit.bounds import epsilon_from_counts, mu_from_counts
 from dpaudit.cli import app
-from dpaudit.gate import evaluate_gate
 from dpaudit.results import Comparison, TestSummary
+from dpaudit.results.gate import evaluate_gate
 from dpaudit.sections import GateSection
 
 

@@ -533,8 +533,8 @@ def test_user_trainer_correct_passes_and_results_json_carries_the_checks(tmp_pat
 
 
 def test_missing_observations_fail_only_when_the_file_asks(tmp_path: Path) -> None:
-    from dpaudit.gate import evaluate_gate
     from dpaudit.results import Check
+    from dpaudit.results.gate import evaluate_gate
     from dpaudit.sections import GateSection
 
     missing = Check("greybox_noise", None, 0.01, True, "not observed", "not-evaluated")

@@ -134,3 +134,49 @@ def test_help_and_validate_load_no_torch_accounting_or_scipy_stats(command: list
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
     )
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+# ------------------------------------------------------------------- lazy submodules
+
+
+def test_a_kind_adapter_loads_its_family_machinery_on_first_use() -> None:
+    # dpaudit.mechanisms.summary imports dpaudit.bounds.bayesian, which nothing the kind
+    # adapter needs at import time does: it is loaded only once the summary runs
+    code = (
+        "import sys\n"
+        "import dpaudit.mechanisms.kind as kind\n"
+        "print('dpaudit.bounds.bayesian' in sys.modules, type(kind.summary).__name__)\n"
+        "kind.summary.declared_curve\n"
+        "print('dpaudit.bounds.bayesian' in sys.modules, type(kind.summary).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["False _LazyModule", "True module"]
+
+
+def test_a_lazy_submodule_is_the_module_itself_and_patches_go_through() -> None:
+    code = (
+        "import pytest\n"
+        "from dpaudit.mechanisms import summary as lazy\n"
+        "import dpaudit.mechanisms.summary as real\n"
+        "assert lazy is real\n"
+        "patch = pytest.MonkeyPatch()\n"
+        "patch.setattr(lazy, 'GRID_TRIALS', 500)\n"
+        "print(real.GRID_TRIALS)\n"
+        "patch.undo()\n"
+        "print(real.GRID_TRIALS)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["500", "65536"]
+
+
+@pytest.mark.parametrize(
+    "family", ["mechanisms", "dpsgd", "membership", "reconstruction", "local_central"]
+)
+def test_every_lazy_submodule_a_family_names_is_one_of_its_modules(family: str) -> None:
+    import importlib
+
+    package = importlib.import_module(f"dpaudit.{family}")
+    assert package._SUBMODULES
+    for name in package._SUBMODULES:
+        assert importlib.util.find_spec(f"dpaudit.{family}.{name}") is not None, name
+        assert name in dir(package)

@@ -30,9 +30,9 @@ from dpaudit.dpsgd.kind import KIND
 from dpaudit.dpsgd.one_run import ONE_RUN_UNIT
 from dpaudit.dpsgd.schema import DpsgdSection
 from dpaudit.errors import DpauditError
-from dpaudit.gate import evaluate_gate
 from dpaudit.kinds.base import RunContext, check_spending
 from dpaudit.records import DPSGDRecord
+from dpaudit.results.gate import evaluate_gate
 from dpaudit.sections import GateSection
 from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
 

@@ -24,11 +24,10 @@ from dpaudit.mechanisms.noise import Claim
 from dpaudit.theory import erm
 from dpaudit.trainers import (
     TrainerOutput,
-    _gamma_ball_noise,
-    _linear_stack,
     output_perturbation_models,
     regularised_logistic_optimum,
 )
+from dpaudit.trainers.perturbation import _gamma_ball_noise, _linear_stack
 
 HERE = Path(__file__).parent
 

@@ -28,7 +28,6 @@ from typer.testing import CliRunner
 from dpaudit.audit import run_context
 from dpaudit.cli import app
 from dpaudit.config import load_config
-from dpaudit.gate import evaluate_gate
 from dpaudit.kinds.base import VerdictBudget
 from dpaudit.membership.brought import load_byo_data, load_target
 from dpaudit.membership.brought_units import reference_trainer
@@ -39,6 +38,7 @@ from dpaudit.membership.verdict import membership_summary
 from dpaudit.records import DPSGDRecord
 from dpaudit.report import fmt_number
 from dpaudit.results import WITHHELD
+from dpaudit.results.gate import evaluate_gate
 from dpaudit.schemas import validate_results
 from dpaudit.sections import ACCURACY_SHORTFALL, GateSection
 

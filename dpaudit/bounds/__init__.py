@@ -182,23 +182,44 @@ class MuBound:
 # ------------------------------------------------------------------ the two inequalities
 
 
-def epsilon_from_rates(fpr_high: Any, fnr_high: Any, *, delta: float) -> np.ndarray:
-    """ε lower bound from upper limits on FPR and FNR (vectorised).
+def epsilon_inequalities(fpr: Any, fnr: Any, *, delta: float) -> tuple[np.ndarray, np.ndarray]:
+    """The ε each inequality of the (ε, δ)-DP region asks of a test's error rates (vectorised).
 
     (ε, δ)-DP forces every test into the region FPR + e^ε·FNR ≥ 1 − δ and
-    FNR + e^ε·FPR ≥ 1 − δ (Kairouz, Oh, Viswanath 2015, Thm. 2.1). Both sides decrease
-    in FPR and FNR, so upper limits on the rates give
-        ε ≥ max( ln((1 − δ − FNR_hi)/FPR_hi), ln((1 − δ − FPR_hi)/FNR_hi) ).
-    A term whose numerator is ≤ 0 says nothing and is dropped; a zero denominator cannot
-    occur for Clopper–Pearson upper limits (they are > 0 for n ≥ 1). Floored at 0.
+    FNR + e^ε·FPR ≥ 1 − δ (Kairouz, Oh, Viswanath 2015, Thm. 2.1), that is
+        ε ≥ ln((1 − δ − FNR)/FPR)   and   ε ≥ ln((1 − δ − FPR)/FNR).
+    This is the one place dpaudit writes that formula; every ε read from a pair of error
+    rates (a bound, a posterior draw, a ranking statistic) goes through it.
+
+    Returns:
+        The two right sides, in that order. A numerator ≤ 0 makes its inequality say
+        nothing: −inf. A zero rate under a positive numerator: +inf (no ε allows it).
     """
-    fpr = np.asarray(fpr_high, dtype=float)
-    fnr = np.asarray(fnr_high, dtype=float)
+    fpr = np.asarray(fpr, dtype=float)
+    fnr = np.asarray(fnr, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         num1 = 1.0 - delta - fnr
         num2 = 1.0 - delta - fpr
-        t1 = np.where((num1 > 0) & (fpr > 0), np.log(np.where(num1 > 0, num1, 1.0) / fpr), 0.0)
-        t2 = np.where((num2 > 0) & (fnr > 0), np.log(np.where(num2 > 0, num2, 1.0) / fnr), 0.0)
+        t1 = np.where(num1 > 0, np.log(np.where(num1 > 0, num1, 1.0) / fpr), -np.inf)
+        t2 = np.where(num2 > 0, np.log(np.where(num2 > 0, num2, 1.0) / fnr), -np.inf)
+    return t1, t2
+
+
+def epsilon_from_rates(fpr_high: Any, fnr_high: Any, *, delta: float) -> np.ndarray:
+    """ε lower bound from upper limits on FPR and FNR (vectorised).
+
+    Both inequalities of :func:`epsilon_inequalities` decrease in FPR and FNR, so upper
+    limits on the rates give
+        ε ≥ max( ln((1 − δ − FNR_hi)/FPR_hi), ln((1 − δ − FPR_hi)/FNR_hi) ).
+    A term whose numerator is ≤ 0 says nothing and is dropped; a zero denominator cannot
+    occur for Clopper–Pearson upper limits (they are > 0 for n ≥ 1), and such a term is
+    dropped too rather than read as ε = ∞. Floored at 0.
+    """
+    fpr = np.asarray(fpr_high, dtype=float)
+    fnr = np.asarray(fnr_high, dtype=float)
+    t1, t2 = epsilon_inequalities(fpr, fnr, delta=delta)
+    t1 = np.where(fpr > 0, t1, 0.0)
+    t2 = np.where(fnr > 0, t2, 0.0)
     return np.maximum(0.0, np.maximum(t1, t2))
 
 

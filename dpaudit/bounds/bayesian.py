@@ -37,6 +37,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import special
 
+from dpaudit.bounds import epsilon_inequalities
 from dpaudit.errors import DpauditError, check_in_interval
 
 __all__ = [
@@ -64,12 +65,10 @@ def epsilon_from_rates(
 ) -> NDArray[np.float64]:
     """ε implied by error rates through the (ε, δ)-DP region, floored at 0, vectorised.
 
-    A term whose numerator 1 − δ − rate is ≤ 0 is dropped; a zero denominator gives inf.
+    The two inequalities of :func:`dpaudit.bounds.epsilon_inequalities`: a term whose
+    numerator 1 − δ − rate is ≤ 0 is dropped; a zero denominator gives inf.
     """
-    fpr, fnr = np.asarray(fpr, dtype=float), np.asarray(fnr, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t1 = np.where(1.0 - delta - fnr > 0, np.log(1.0 - delta - fnr) - np.log(fpr), -np.inf)
-        t2 = np.where(1.0 - delta - fpr > 0, np.log(1.0 - delta - fpr) - np.log(fnr), -np.inf)
+    t1, t2 = epsilon_inequalities(fpr, fnr, delta=delta)
     return np.asarray(np.maximum(np.maximum(t1, t2), 0.0), dtype=float)
 
 

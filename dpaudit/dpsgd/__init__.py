@@ -21,7 +21,11 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+# Submodules the kind adapter (dpaudit.dpsgd.kind) reaches on first use: importing it,
+# as validating an audit file does, loads none of them (nor torch).
+_SUBMODULES = ("language", "sequential", "setup", "summary", "units")
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, submodules=_SUBMODULES)
 
 if TYPE_CHECKING:
     from dpaudit.dpsgd.api import (

@@ -11,14 +11,14 @@ from pydantic import ValidationError
 from dpaudit.dpsgd.kind import KIND
 from dpaudit.dpsgd.schema import DpsgdSection
 from dpaudit.errors import ConfigError
-from dpaudit.executors import run_units
 from dpaudit.kinds.base import RunContext, VerdictBudget, check_spending
 from dpaudit.sections import format_validation_error
 from dpaudit.store import RunStore
+from dpaudit.store.executors import run_units
 
 if TYPE_CHECKING:
-    from dpaudit.executors import UnitStats
     from dpaudit.results import Check, Comparison, TestSummary
+    from dpaudit.store.executors import UnitStats
 
 __all__ = ["DpsgdOutcome", "run_dpsgd_from_section"]
 

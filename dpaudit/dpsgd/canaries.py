@@ -209,11 +209,6 @@ def dirac_direction(num_parameters: int, index: int) -> np.ndarray:
     return e
 
 
-def logistic_weight_index(*, num_features: int, cls: int, feature: int) -> int:
-    """Flat index of a logistic regression's weight of class ``cls`` on ``feature``."""
-    return int(cls) * int(num_features) + int(feature)
-
-
 # ------------------------------------------------------------- black-box levers (crafted)
 
 

@@ -29,6 +29,7 @@ raw outputs only; every bound is computed in :meth:`DpsgdKind.summarise`, after 
 from __future__ import annotations
 
 from dpaudit.bounds import require_design
+from dpaudit.dpsgd import language, sequential, setup, summary, units
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.errors import ConfigError
 from dpaudit.kinds.base import (
@@ -61,14 +62,12 @@ class DpsgdKind(AuditKind[DpsgdSection]):
                 raise ConfigError("[dpsgd.language] is one run; it has no sequential rounds")
             return
         if context.sequential is not None:  # rounds of a sequential test
-            from dpaudit.dpsgd.sequential import check_sequential
-
             if section.checkpoints is not None:
                 raise ConfigError(
                     "[audit] stopping = 'sequential' audits one released model per run; "
                     "give one checkpoint t, not a list."
                 )
-            check_sequential(section)
+            sequential.check_sequential(section)
         if ":" not in section.trainer:
             _check_trials(section, context)
             return
@@ -77,22 +76,14 @@ class DpsgdKind(AuditKind[DpsgdSection]):
         trainer = load_plugin(section.trainer, base_dir=context.base_dir, what="trainer")
         preflight = getattr(trainer, "preflight", None)
         if callable(preflight):
-            from dpaudit.dpsgd.setup import preflight_rows
-
-            X, y = preflight_rows(section, context.seed, str(context.base_dir))
+            X, y = setup.preflight_rows(section, context.seed, str(context.base_dir))
             preflight(X, y, white_box=section.threat_model == "white-box")
 
     def plan(self, section: DpsgdSection, context: RunContext) -> UnitPlan:
         if section.language is not None:
-            from dpaudit.dpsgd.language import language_plan
-
-            return language_plan(section.language, context)
+            return language.language_plan(section.language, context)
         if context.sequential is not None:  # rounds of a sequential test
-            from dpaudit.dpsgd.sequential import plan_rounds
-
-            return plan_rounds(section, context)
-        from dpaudit.dpsgd.units import dpsgd_unit, trainer_libraries, unit_names
-
+            return sequential.plan_rounds(section, context)
         spec = DpsgdSpec(
             section=section,
             seed=context.seed,
@@ -100,9 +91,9 @@ class DpsgdKind(AuditKind[DpsgdSection]):
             base_dir=str(context.base_dir),
         )
         return UnitPlan(
-            fn=dpsgd_unit,
+            fn=units.dpsgd_unit,
             spec=spec,
-            units=unit_names(spec),
+            units=units.unit_names(spec),
             key_data={
                 # the claim ([dpsgd.claim]) changes no model: editing it reuses every unit
                 **spec.model_dump(mode="json", exclude={"base_dir": True, "section": {"claim"}}),
@@ -110,7 +101,7 @@ class DpsgdKind(AuditKind[DpsgdSection]):
                 "trainer_file": plugin_digest(section.trainer, base_dir=context.base_dir)
                 if ":" in section.trainer
                 else None,
-                **trainer_libraries(section.trainer, context.base_dir),
+                **units.trainer_libraries(section.trainer, context.base_dir),
             },
             description="training canary models",
         )
@@ -119,30 +110,20 @@ class DpsgdKind(AuditKind[DpsgdSection]):
         if section.language is not None:
             return 1  # the one-run ε and μ bounds share one share; the claim check none
         if context.sequential is not None:  # fixed before the first round trains
-            from dpaudit.dpsgd.sequential import COMPARISONS
-
-            return COMPARISONS
+            return sequential.COMPARISONS
         # The same list summarise() marks as in the verdict, counted before any bound.
-        from dpaudit.dpsgd.summary import count_in_verdict
-
-        return count_in_verdict(section, outputs, delta=context.delta)
+        return summary.count_in_verdict(section, outputs, delta=context.delta)
 
     def summarise(
         self, section: DpsgdSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
         if section.language is not None:
-            from dpaudit.dpsgd.language import language_summary
-
-            return language_summary(
+            return language.language_summary(
                 section.language, context, outputs, level=level, claim=section.claim
             )
         if context.sequential is not None:
-            from dpaudit.dpsgd.sequential import sequential_summary
-
-            return sequential_summary(section, context, outputs, level=level)
-        from dpaudit.dpsgd.summary import summarise
-
-        return summarise(section, context, outputs, level=level)
+            return sequential.sequential_summary(section, context, outputs, level=level)
+        return summary.summarise(section, context, outputs, level=level)
 
     def is_sequential(self, section: DpsgdSection, context: RunContext) -> bool:
         return context.sequential is not None
@@ -150,9 +131,7 @@ class DpsgdKind(AuditKind[DpsgdSection]):
     def stop_reason(
         self, section: DpsgdSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> str:
-        from dpaudit.dpsgd.sequential import stop_reason
-
-        return stop_reason(section, context, outputs, level=level)
+        return sequential.stop_reason(section, context, outputs, level=level)
 
 
 def _check_trials(section: DpsgdSection, context: RunContext) -> None:

@@ -57,7 +57,7 @@ from dpaudit.language.scoring import total_log_probs
 from dpaudit.language.secrets import candidate_digits, draw_secrets, fill, format_words
 from dpaudit.language.tiny import build_tiny_lm, generate_texts, train_plain, vocabulary
 from dpaudit.records import DPSGDRecord
-from dpaudit.results import Check, Comparison, score_summary
+from dpaudit.results import Check, paired_comparisons, score_summary
 from dpaudit.sections import ClaimSection, Table
 
 __all__ = [
@@ -290,27 +290,15 @@ def language_summary(
         (found.epsilon.value, upper.epsilon),
         None if found.mu is None else (found.mu.value, upper.mu),
     )
-    comparisons = [
-        Comparison(
-            test=label,
-            parameter="epsilon",
-            lower=found.epsilon,
-            upper=upper.epsilon,
-            upper_source=eps_source,
-            in_verdict=decides == "epsilon",
-        )
-    ]
-    if found.mu is not None:
-        comparisons.append(
-            Comparison(
-                test=label,
-                parameter="mu",
-                lower=found.mu,
-                upper=upper.mu,
-                upper_source=mu_source,
-                in_verdict=decides == "mu",
-            )
-        )
+    comparisons = paired_comparisons(
+        label,
+        found.epsilon,
+        found.mu,
+        upper_epsilon=upper.epsilon,
+        upper_mu=upper.mu,
+        source=(eps_source, mu_source),
+        in_verdict=(decides,),
+    )
     details = _run_details(section, one)
     if "secret_nll" in one:
         details["exposure"] = exposure_rows(section, one, context.confidence_level)

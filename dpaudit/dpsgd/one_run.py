@@ -44,7 +44,7 @@ from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.dpsgd.setup import _setup, purpose_seed
 from dpaudit.errors import ConfigError, DpauditError
 from dpaudit.records import DPSGDRecord
-from dpaudit.results import Comparison
+from dpaudit.results import Comparison, paired_comparisons
 from dpaudit.trainers import canary_observer
 from dpaudit.training import CoordinateCanaries, train_many
 
@@ -134,27 +134,15 @@ def one_run_comparisons(
         (found.epsilon.value, upper.epsilon),
         None if found.mu is None else (found.mu.value, upper.mu),
     )
-    comparisons = [
-        Comparison(
-            test=label,
-            parameter="epsilon",
-            lower=found.epsilon,
-            upper=upper.epsilon,
-            upper_source="accountant ε",
-            in_verdict=in_verdict and decides == "epsilon",
-        )
-    ]
-    if found.mu is not None:
-        comparisons.append(
-            Comparison(
-                test=label,
-                parameter="mu",
-                lower=found.mu,
-                upper=upper.mu,
-                upper_source="accountant μ",
-                in_verdict=in_verdict and decides == "mu",
-            )
-        )
+    comparisons = paired_comparisons(
+        label,
+        found.epsilon,
+        found.mu,
+        upper_epsilon=upper.epsilon,
+        upper_mu=upper.mu,
+        source="accountant",
+        in_verdict=(decides,) if in_verdict else (),
+    )
     # The Gaussian-pair reading (module docstring): asymptotic, so never in the verdict
     # and no share. Scores without spread inside the coin groups fit no Gaussian pair:
     # then only the rigorous bounds are reported.

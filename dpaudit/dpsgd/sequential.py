@@ -45,6 +45,8 @@ import numpy as np
 
 from dpaudit.accounting.upper_bounds import UpperBound
 from dpaudit.bounds import EpsilonBound, MuBound
+from dpaudit.dpsgd import summary as fixed
+from dpaudit.dpsgd import units
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.errors import ConfigError, DpauditError
 from dpaudit.kinds.base import (
@@ -58,6 +60,12 @@ from dpaudit.kinds.base import (
 )
 from dpaudit.plugins import plugin_digest
 from dpaudit.records import DPSGDRecord
+from dpaudit.results import (
+    Comparison,
+    gdp_implied_comparison,
+    null_result_warning,
+    paired_comparisons,
+)
 from dpaudit.sequential import (
     ExtraTest,
     RoundsOutcome,
@@ -133,8 +141,6 @@ def plan_rounds(section: DpsgdSection, context: RunContext) -> UnitPlan:
     the key holds everything but the cap (and the fixed design's ``models_per_unit``), so
     a rerun with a larger cap finds the rounds already run and continues.
     """
-    from dpaudit.dpsgd.units import dpsgd_unit, trainer_libraries
-
     check_sequential(section)
     s = settings(context)
     n = rounds_cap(section, context)
@@ -150,7 +156,7 @@ def plan_rounds(section: DpsgdSection, context: RunContext) -> UnitPlan:
         exclude={"base_dir": True, "section": {"trials", "models_per_unit", "claim"}},
     )
     return UnitPlan(
-        fn=dpsgd_unit,
+        fn=units.dpsgd_unit,
         spec=spec,
         units=tuple(f"dpsgd-{i:05d}" for i in range(n)),
         key_data={
@@ -160,7 +166,7 @@ def plan_rounds(section: DpsgdSection, context: RunContext) -> UnitPlan:
             "trainer_file": plugin_digest(section.trainer, base_dir=context.base_dir)
             if ":" in section.trainer
             else None,
-            **trainer_libraries(section.trainer, context.base_dir),
+            **units.trainer_libraries(section.trainer, context.base_dir),
         },
         description="training canary models (sequential rounds)",
     )
@@ -202,10 +208,8 @@ def _round0_record(outputs: Outputs) -> DPSGDRecord | None:
     """The least private record of round 0's models (smallest σ, largest q and T), whose
     trade-off curve the claim-curve test holds against; None when round 0's units carry
     no DP-SGD records with σ > 0 (the test's share is then held unused)."""
-    from dpaudit.dpsgd.summary import StoredUnits, _curve_record
-
     first = outputs[_ordered(outputs)[0]]
-    return _curve_record(StoredUnits((first,), None, None, ()))
+    return fixed._curve_record(fixed.StoredUnits((first,), None, None, ()))
 
 
 def _curve_rule(
@@ -260,15 +264,13 @@ def outcome(
     Raises:
         DpauditError: a stored round is missing (the rounds are not 0, 1, 2, ...).
     """
-    from dpaudit.dpsgd.summary import _many_run_upper, claim_source, stated_claim
-
     names = _ordered(outputs)
     round0 = [outputs[names[0]]]
-    upper = _many_run_upper(
+    upper = fixed._many_run_upper(
         round0,
         context.delta,
-        claim=stated_claim(section, round0),
-        source=claim_source(section),
+        claim=fixed.stated_claim(section, round0),
+        source=fixed.claim_source(section),
     )
     assert upper is not None  # one many-run unit at least
     s = settings(context)
@@ -330,9 +332,6 @@ def sequential_summary(
     Raises:
         DpauditError: only round 0 is stored (no bound yet).
     """
-    from dpaudit.dpsgd import summary as fixed
-    from dpaudit.results import Comparison, gdp_implied_comparison, null_result_warning
-
     if len(outputs) < 2:
         raise DpauditError(
             "a sequential audit needs round 0 (threshold) and at least one counted round; "
@@ -346,24 +345,15 @@ def sequential_summary(
     assert isinstance(eps_lb, EpsilonBound)
     assert isinstance(mu_lb, MuBound)
     label = fixed._label(section)
-    comparisons = [
-        Comparison(
-            test=label,
-            parameter="epsilon",
-            lower=eps_lb,
-            upper=upper.epsilon,
-            upper_source=f"{upper.source} ε",
-            in_verdict=True,
-        ),
-        Comparison(
-            test=label,
-            parameter="mu",
-            lower=mu_lb,
-            upper=upper.mu,
-            upper_source=f"{upper.source} μ" if upper.mu is not None else "none",
-            in_verdict=True,
-        ),
-    ]
+    comparisons = paired_comparisons(
+        label,
+        eps_lb,
+        mu_lb,
+        upper_epsilon=upper.epsilon,
+        upper_mu=upper.mu,
+        source=upper.source,
+        in_verdict=("epsilon", "mu"),
+    )
     curve_comparison, curve_details = _curve_comparison(
         section, context, outputs, result, label=label, level=level
     )
@@ -417,8 +407,6 @@ def _curve_comparison(
     design. Without a DP-SGD record on round 0 nothing is tested: the bound is 0 against
     no upper bound, its share unused.
     """
-    from dpaudit.results import Comparison
-
     test = f"{label} (claim curve)"
     record = _round0_record(outputs)
     if record is None or CURVE not in result.paths:

@@ -55,6 +55,7 @@ from dpaudit.results import (
     TestSummary,
     gdp_implied_comparison,
     null_result_warning,
+    paired_comparisons,
     score_summary,
     theory_curves,
 )
@@ -270,26 +271,16 @@ def _summarise_model(
         inc = np.concatenate([p["included"] for p in stored.many]).astype(bool)
         neg, pos = scores[~inc], scores[inc]
         eps_lb, mu_lb = _many_run_bounds(s, upper, neg, pos, level=level, seed=context.seed)
-        comparisons.append(
-            Comparison(
-                test=label,
-                parameter="epsilon",
-                lower=eps_lb,
-                upper=upper.epsilon,
-                upper_source=f"{upper.source} ε",
-                in_verdict=_MANY_EPSILON in verdict,
-            )
-        )
-        mu_source = f"{upper.source} μ" if upper.mu is not None else "none"
-        comparisons.append(
-            Comparison(
-                test=label,
-                parameter="mu",
-                lower=mu_lb,
-                upper=upper.mu,
-                upper_source=mu_source,
-                in_verdict=_MANY_MU in verdict,
-            )
+        comparisons += paired_comparisons(
+            label,
+            eps_lb,
+            mu_lb,
+            upper_epsilon=upper.epsilon,
+            upper_mu=upper.mu,
+            source=upper.source,
+            in_verdict=[
+                p for p, key in (("epsilon", _MANY_EPSILON), ("mu", _MANY_MU)) if key in verdict
+            ],
         )
         if mu_lb.value > 0 and upper.mu is not None and upper.mu_finite:
             # Informational: the ε that μ_LB implies IF the trade-off curve is Gaussian
@@ -598,18 +589,14 @@ def _last_iterate_rows(
     """The audit's ε and μ lower bounds held against the last-iterate reference (rows of
     their own, so that the console and the report name the reference; never in the
     verdict)."""
-    source = "last-iterate heuristic (Steinke et al. 2025)"
-    return [
-        Comparison(
-            test=f"{label} · last-iterate reference",
-            parameter=parameter,
-            lower=lower,
-            upper=last[parameter],
-            upper_source=f"{source} {symbol}",
-            in_verdict=False,
-        )
-        for parameter, symbol, lower in (("epsilon", "ε", eps_lb), ("mu", "μ", mu_lb))
-    ]
+    return paired_comparisons(
+        f"{label} · last-iterate reference",
+        eps_lb,
+        mu_lb,
+        upper_epsilon=last["epsilon"],
+        upper_mu=last["mu"],
+        source="last-iterate heuristic (Steinke et al. 2025)",
+    )
 
 
 def _summary_worst_case(

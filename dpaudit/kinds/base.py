@@ -138,7 +138,7 @@ class KindSummary:
 
     ``checks`` are the kind's own in-verdict gate checks (the dpsgd kind's grey-box
     checks): a failed one makes the verdict a violation; the gate lists them under
-    ``fail_on_violation`` (:func:`dpaudit.gate.evaluate_gate`).
+    ``fail_on_violation`` (:func:`dpaudit.results.gate.evaluate_gate`).
     """
 
     tests: tuple[TestSummary, ...] = ()

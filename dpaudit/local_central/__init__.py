@@ -25,7 +25,11 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+# Submodules the kind adapter (dpaudit.local_central.kind) reaches on first use: validating an audit
+# file loads none of them.
+_SUBMODULES = ("summary", "units")
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, submodules=_SUBMODULES)
 
 if TYPE_CHECKING:
     from dpaudit.local_central.simulate import (

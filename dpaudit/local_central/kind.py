@@ -15,6 +15,7 @@ the work units :mod:`~dpaudit.local_central.units` and the summary
 from __future__ import annotations
 
 from dpaudit.kinds.base import AuditKind, KindSummary, Outputs, RunContext, UnitPlan
+from dpaudit.local_central import summary, units
 from dpaudit.local_central.schema import LocalCentralSection, measured_mechanisms
 
 
@@ -24,11 +25,9 @@ class LocalCentralKind(AuditKind[LocalCentralSection]):
     description = "one query (a mean, a histogram) under local and under central DP: error and ε_LB"
 
     def plan(self, section: LocalCentralSection, context: RunContext) -> UnitPlan:
-        from dpaudit.local_central.units import LocalCentralSpec, local_central_unit
-
-        spec = LocalCentralSpec(section=section, seed=context.seed)
+        spec = units.LocalCentralSpec(section=section, seed=context.seed)
         return UnitPlan(
-            fn=local_central_unit,
+            fn=units.local_central_unit,
             spec=spec,
             units=tuple(f"local-central-{i:05d}" for i in range(len(section.epsilons))),
             key_data=spec.model_dump(mode="json"),
@@ -44,9 +43,7 @@ class LocalCentralKind(AuditKind[LocalCentralSection]):
     def summarise(
         self, section: LocalCentralSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
-        from dpaudit.local_central.summary import local_central_summary
-
-        return local_central_summary(section, context, outputs, level=level)
+        return summary.local_central_summary(section, context, outputs, level=level)
 
 
 KIND = LocalCentralKind()

@@ -34,7 +34,11 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+# Submodules the kind adapter (dpaudit.mechanisms.kind) and the summaries reach on first
+# use: validating a mechanism audit loads none of them (nor sklearn).
+_SUBMODULES = ("learned", "search", "sequential", "summary")
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, submodules=_SUBMODULES)
 
 if TYPE_CHECKING:
     from dpaudit.accounting.upper_bounds import (

@@ -28,6 +28,7 @@ from dpaudit.kinds.base import (
     UnitPlan,
     claim_left_out,
 )
+from dpaudit.mechanisms import search, sequential, summary
 from dpaudit.mechanisms.auto_score import choose_score, resolved
 from dpaudit.mechanisms.schema import EXACT_TRIALS_LIMIT, LEARNED, MechanismSection
 from dpaudit.mechanisms.units import (
@@ -103,13 +104,9 @@ class MechanismKind(AuditKind[MechanismSection]):
     def plan(self, section: MechanismSection, context: RunContext) -> UnitPlan:
         section = _scored(section, context)
         if context.sequential is not None:  # rounds of a sequential test
-            from dpaudit.mechanisms.sequential import plan_rounds
-
-            return plan_rounds(section, context)
+            return sequential.plan_rounds(section, context)
         if section.search is not None:  # screening decides the pairs the units run
-            from dpaudit.mechanisms.search import search_plan
-
-            return search_plan(section, context)
+            return search.search_plan(section, context)
         spec = MechanismSpec(
             section=section,
             seed=context.seed,
@@ -155,13 +152,9 @@ class MechanismKind(AuditKind[MechanismSection]):
         upper = upper_bound(section, mech, context.delta)
         per_pair = sum(in_verdict(upper).values())
         if section.search is not None:  # k audited pairs, each a Bonferroni share
-            from dpaudit.mechanisms.search import audited_pairs
-
-            return per_pair * audited_pairs(section, context.seed)
-        from dpaudit.mechanisms.summary import declared_curve
-
+            return per_pair * search.audited_pairs(section, context.seed)
         # the claim's exact curve, where one is known: one more share (summary decides)
-        return per_pair + (declared_curve(section, context, upper) is not None)
+        return per_pair + (summary.declared_curve(section, context, upper) is not None)
 
     def summarise(
         self, section: MechanismSection, context: RunContext, outputs: Outputs, *, level: float
@@ -169,21 +162,17 @@ class MechanismKind(AuditKind[MechanismSection]):
         choice = choose_score(section, sequential=context.sequential is not None)
         section = _scored(section, context)
         if section.search is not None:
-            from dpaudit.mechanisms.search import search_summary
-
-            summary = search_summary(section, context, outputs, level=level)
+            found = search.search_summary(section, context, outputs, level=level)
         else:
-            from dpaudit.mechanisms.summary import mechanism_summary
-
-            summary = mechanism_summary(section, context, outputs, level=level)
+            found = summary.mechanism_summary(section, context, outputs, level=level)
         # which score was counted, and why: in results.json's test and in the report
         tests = tuple(
             t.with_details(
                 score=choice.to_dict(learner=(t.details.get("learned") or {}).get("learner"))
             )
-            for t in summary.tests
+            for t in found.tests
         )
-        return replace(summary, tests=tests)
+        return replace(found, tests=tests)
 
     def is_sequential(self, section: MechanismSection, context: RunContext) -> bool:
         return context.sequential is not None
@@ -191,16 +180,12 @@ class MechanismKind(AuditKind[MechanismSection]):
     def stop_reason(
         self, section: MechanismSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> str:
-        from dpaudit.mechanisms.sequential import stop_reason
-
-        return stop_reason(_scored(section, context), context, outputs, level=level)
+        return sequential.stop_reason(_scored(section, context), context, outputs, level=level)
 
     def round_monitor(
         self, section: MechanismSection, context: RunContext, *, level: float
     ) -> RoundMonitor:
-        from dpaudit.mechanisms.sequential import RoundsMonitor
-
-        return RoundsMonitor(_scored(section, context), context, level=level)
+        return sequential.RoundsMonitor(_scored(section, context), context, level=level)
 
 
 def _scored(section: MechanismSection, context: RunContext) -> MechanismSection:

@@ -48,7 +48,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -58,6 +58,7 @@ from dpaudit.bounds import (
     MuBound,
     ThresholdStrategy,
     epsilon_and_mu_lower_bounds,
+    epsilon_inequalities,
     epsilon_lower_bound,
     learned_lower_bounds,
 )
@@ -70,6 +71,7 @@ from dpaudit.kinds.base import (
     claim_left_out,
     unit_index,
 )
+from dpaudit.mechanisms import learned as learned_scores
 from dpaudit.mechanisms.noise import Mechanism, user_mechanism
 from dpaudit.mechanisms.schema import (
     FIT_FRACTION,
@@ -78,6 +80,9 @@ from dpaudit.mechanisms.schema import (
     MechanismSection,
     SearchSection,
 )
+from dpaudit.mechanisms.units import build_mechanism, in_verdict, upper_bound
+from dpaudit.plugins import plugin_digest
+from dpaudit.results import paired_comparisons, score_summary
 from dpaudit.sections import Table
 from dpaudit.tradeoff import TradeoffCurve
 
@@ -334,9 +339,7 @@ def plug_in_epsilon(neg: np.ndarray, pos: np.ndarray, *, delta: float) -> float:
     n0, n1 = curve.negatives, curve.positives
     fpr = (np.asarray(curve.fpr) * n0 + 0.5) / (n0 + 1)
     fnr = (np.asarray(curve.fnr) * n1 + 0.5) / (n1 + 1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        one = np.log(np.maximum(1 - delta - fnr, 1e-300) / fpr)
-        two = np.log(np.maximum(1 - delta - fpr, 1e-300) / fnr)
+    one, two = epsilon_inequalities(fpr, fnr, delta=delta)
     return float(max(np.max(one), np.max(two), 0.0))
 
 
@@ -386,8 +389,6 @@ def screen(
             )
 
         if learned:
-            from dpaudit.mechanisms.learned import fit_score
-
             neg = mech.outputs(0, rng=rng, size=screen_trials)
             pos = mech.outputs(1, rng=rng, size=screen_trials)
             if neg.shape[1] != pos.shape[1]:
@@ -398,7 +399,7 @@ def screen(
                     "or search with relation = 'replace-one'."
                 )
             half = screen_trials // 2
-            score = fit_score(neg[:half], pos[:half], learner=learner, seed=seed)
+            score = learned_scores.fit_score(neg[:half], pos[:half], learner=learner, seed=seed)
             eps, est = stats(score(neg[half:]), score(pos[half:]))
             rows.append(Screened(cand, eps, est))
             continue
@@ -454,14 +455,7 @@ def _direction(bound: EpsilonBound) -> str:
     too likely under D (ln((1 − δ − FPR)/FNR))."""
     if bound.fpr is None or bound.fnr is None:
         return "above"
-    fpr, fnr, d = bound.fpr.high, bound.fnr.high, bound.delta
-    with np.errstate(divide="ignore"):
-        one = math.log(1 - d - fnr) - math.log(fpr) if 1 - d - fnr > 0 and fpr > 0 else -math.inf
-        two = math.log(1 - d - fpr) - math.log(fnr) if 1 - d - fpr > 0 and fnr > 0 else -math.inf
-    if fpr == 0 and 1 - d - fnr > 0:
-        one = math.inf
-    if fnr == 0 and 1 - d - fpr > 0:
-        two = math.inf
+    one, two = epsilon_inequalities(bound.fpr.high, bound.fnr.high, delta=bound.delta)
     return "above" if one >= two else "below"
 
 
@@ -524,12 +518,10 @@ def audit_pair(
         )
         event = _event(eps_lb, score_name, None, (negative, positive))
         return PairAudit(candidate, eps_lb, mu_lb, event, negative, positive)
-    from dpaudit.mechanisms.learned import LearnedScore, fit_score
+    fitted: list[learned_scores.LearnedScore] = []
 
-    fitted: list[LearnedScore] = []
-
-    def fit(fit_neg: np.ndarray, fit_pos: np.ndarray) -> LearnedScore:
-        fitted.append(fit_score(fit_neg, fit_pos, learner=learner, seed=seed))
+    def fit(fit_neg: np.ndarray, fit_pos: np.ndarray) -> learned_scores.LearnedScore:
+        fitted.append(learned_scores.fit_score(fit_neg, fit_pos, learner=learner, seed=seed))
         return fitted[-1]
 
     result = learned_lower_bounds(
@@ -769,8 +761,6 @@ def _chunks(section: MechanismSection, unit_size: int) -> int:
 def search_plan(section: MechanismSection, context: RunContext) -> UnitPlan:
     """Screen now (it decides which pairs the units run), then one set of units per
     chosen pair: ``mechanism-{j·chunks + c}`` is chunk c of pair j."""
-    from dpaudit.plugins import plugin_digest
-
     chosen = screening_of(section, context).chosen
     spec = SearchSpec(
         section=section,
@@ -837,9 +827,6 @@ def search_summary(
     section: MechanismSection, context: RunContext, outputs: Outputs, *, level: float
 ) -> KindSummary:
     """Every audited pair's bounds, each comparison at ``level`` (its Bonferroni share)."""
-    from dpaudit.mechanisms.units import build_mechanism, in_verdict, upper_bound
-    from dpaudit.results import Comparison, score_summary
-
     mech = build_mechanism(section, str(context.base_dir))
     upper = upper_bound(section, mech, context.delta)
     entered = in_verdict(upper)
@@ -879,25 +866,14 @@ def search_summary(
             hypotheses=("D", "D'"),
         ).with_details(**more)
         tests.append(summary)
-        comparisons.append(
-            Comparison(
-                test=label,
-                parameter="epsilon",
-                lower=eps_lb,
-                upper=upper.epsilon,
-                upper_source=f"{upper.source} ε",
-                in_verdict=entered["epsilon"],
-            )
-        )
-        comparisons.append(
-            Comparison(
-                test=label,
-                parameter="mu",
-                lower=mu_lb,
-                upper=upper.mu,
-                upper_source=f"{upper.source} μ" if upper.mu is not None else "none",
-                in_verdict=entered["mu"],
-            )
+        comparisons += paired_comparisons(
+            label,
+            eps_lb,
+            mu_lb,
+            upper_epsilon=upper.epsilon,
+            upper_mu=upper.mu,
+            source=upper.source,
+            in_verdict=[p for p, entering in entered.items() if entering],
         )
         if entered["epsilon"] and pair.epsilon.value > upper.epsilon:
             warnings.append(
@@ -915,8 +891,6 @@ def search_summary(
 
 
 def _with(bound: Any, **more: Any) -> Any:
-    from dataclasses import replace
-
     return replace(bound, details={**bound.details, **more})
 
 

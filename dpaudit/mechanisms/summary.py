@@ -69,6 +69,8 @@ from dpaudit.bounds.claim_curve import (
 from dpaudit.bounds.threshold_search import ScoreSketch
 from dpaudit.errors import DpauditError
 from dpaudit.kinds.base import KindSummary, Outputs, RunContext, unit_index
+from dpaudit.mechanisms import learned as learned_scores
+from dpaudit.mechanisms import sequential
 from dpaudit.mechanisms.noise import Mechanism
 from dpaudit.mechanisms.schema import (
     CATEGORICAL,
@@ -88,6 +90,7 @@ from dpaudit.results import (
     histogram_counts,
     histogram_edges_from_quantiles,
     null_result_warning,
+    paired_comparisons,
     score_summary,
     score_summary_from_counts,
     theory_curves,
@@ -141,24 +144,15 @@ def mechanism_summary(
         summary = _streamed_test(label, counts, context)
         evidence = counts
     source = upper.source
-    comparisons = [
-        Comparison(
-            test=label,
-            parameter="epsilon",
-            lower=eps_lb,
-            upper=upper.epsilon,
-            upper_source=f"{source} ε",
-            in_verdict=entered["epsilon"],
-        ),
-        Comparison(
-            test=label,
-            parameter="mu",
-            lower=mu_lb,
-            upper=upper.mu,
-            upper_source=f"{source} μ" if upper.mu is not None else "none",
-            in_verdict=entered["mu"],
-        ),
-    ]
+    comparisons = paired_comparisons(
+        label,
+        eps_lb,
+        mu_lb,
+        upper_epsilon=upper.epsilon,
+        upper_mu=upper.mu,
+        source=source,
+        in_verdict=[p for p, entering in entered.items() if entering],
+    )
     curve = declared_curve(section, context, upper)
     if curve is not None:
         # the kind's `comparisons` counted this share through the same declared_curve
@@ -251,9 +245,9 @@ def _sequential(
 ) -> tuple[EpsilonBound, MuBound, TestSummary]:
     """``[audit] stopping = "sequential"``: the bounds the sequential test stopped with
     (:mod:`dpaudit.mechanisms.sequential`); the test describes the rounds it used."""
-    from dpaudit.mechanisms.sequential import sequential_summary
-
-    eps_lb, mu_lb, details, used = sequential_summary(section, context, outputs, level=level)
+    eps_lb, mu_lb, details, used = sequential.sequential_summary(
+        section, context, outputs, level=level
+    )
     neg = np.concatenate([used[u]["negative"] for u in used])
     pos = np.concatenate([used[u]["positive"] for u in used])
     summary = score_summary(
@@ -455,8 +449,6 @@ def learned_bounds(
     trials, the learner's warnings, and what the claim-curve test counts (the scored
     trials, or the streamed counts).
     """
-    from dpaudit.mechanisms.learned import LearnedScore, fit_score
-
     learner = section.learner or "auto"
     fraction = section.fit_fraction if section.fit_fraction is not None else FIT_FRACTION
     if section.trials > EXACT_TRIALS_LIMIT and len(outputs) >= 3:
@@ -474,10 +466,12 @@ def learned_bounds(
     neg = np.concatenate([p["negative"] for p in parts])
     pos = np.concatenate([p["positive"] for p in parts])
     del parts
-    fitted: list[LearnedScore] = []
+    fitted: list[learned_scores.LearnedScore] = []
 
     def fit(fit_neg: np.ndarray, fit_pos: np.ndarray) -> Scorer:
-        fitted.append(fit_score(fit_neg, fit_pos, learner=learner, seed=context.seed))
+        fitted.append(
+            learned_scores.fit_score(fit_neg, fit_pos, learner=learner, seed=context.seed)
+        )
         return fitted[-1]
 
     result = learned_lower_bounds(
@@ -565,8 +559,6 @@ def learned_streamed(
     :func:`streamed_bounds`), so the counted units are independent of both the score and
     the threshold. Memory: the fitting trials plus one unit.
     """
-    from dpaudit.mechanisms.learned import fit_score
-
     fit_trials = min(max(1, round(fraction * section.trials)), FIT_TRIALS_LIMIT)
     fitting = fit_units(tuple(outputs), fit_trials=fit_trials, unit_size=context.unit_size)
     arms: dict[str, list[np.ndarray]] = {"negative": [], "positive": []}
@@ -576,7 +568,7 @@ def learned_streamed(
             need = fit_trials - sum(r.shape[0] for r in rows)
             if need > 0:
                 rows.append(np.asarray(part[arm])[:need])
-    score = fit_score(
+    score = learned_scores.fit_score(
         np.concatenate(arms["negative"]),
         np.concatenate(arms["positive"]),
         learner=learner,

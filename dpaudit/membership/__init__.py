@@ -41,7 +41,20 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+# Submodules the kind adapters (dpaudit.membership.kind, .attribute) reach on first use:
+# importing them, as validating an audit file does, loads none of these (nor torch).
+_SUBMODULES = (
+    "brought",
+    "brought_units",
+    "language_units",
+    "pipeline",
+    "scoring",
+    "sweep",
+    "trained",
+    "verdict",
+)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, submodules=_SUBMODULES)
 
 if TYPE_CHECKING:
     from dpaudit.membership.pipeline import (

@@ -15,6 +15,7 @@ References:
 from __future__ import annotations
 
 from dpaudit.kinds.base import AuditKind, KindSummary, Outputs, RunContext, SharedTables, UnitPlan
+from dpaudit.membership import sweep, trained, verdict
 from dpaudit.membership.schema import AttributeSection, TargetSpec, check_variants, variants
 
 __all__ = ["KIND", "AttributeKind"]
@@ -37,27 +38,19 @@ class AttributeKind(AuditKind[AttributeSection]):
             )
         check_variants(shared.target, shared.training)
         if section.sweep is not None:
-            from dpaudit.membership.sweep import check_sweep
-
-            check_sweep(section, shared, table="[attribute.sweep]")
+            sweep.check_sweep(section, shared, table="[attribute.sweep]")
 
     def check_runnable(self, section: AttributeSection, context: RunContext) -> None:
         """Load the data (its sensitive column included) before any target trains."""
-        from dpaudit.membership.trained import load
-
-        load(TargetSpec.for_audit(context))
+        trained.load(TargetSpec.for_audit(context))
 
     def plan(self, section: AttributeSection, context: RunContext) -> UnitPlan:
-        from dpaudit.membership.trained import attribute_unit
-
         spec = TargetSpec.for_audit(context)
         if section.sweep is not None:
-            from dpaudit.membership.sweep import attribute_sweep_plan
-
-            return attribute_sweep_plan(spec, section, context)
+            return sweep.attribute_sweep_plan(spec, section, context)
         names = variants(context.shared.target, context.shared.training)
         return UnitPlan(
-            fn=attribute_unit,
+            fn=trained.attribute_unit,
             spec=spec,
             units=tuple(f"attribute-{i}-{v}" for i, v in enumerate(names)),
             key_data=spec.key_data(),
@@ -70,9 +63,7 @@ class AttributeKind(AuditKind[AttributeSection]):
     def summarise(
         self, section: AttributeSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
-        from dpaudit.membership.verdict import attribute_summary
-
-        return attribute_summary(context, outputs)
+        return verdict.attribute_summary(context, outputs)
 
 
 KIND = AttributeKind()

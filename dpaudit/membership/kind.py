@@ -21,6 +21,7 @@ from typing import Any
 
 from dpaudit.errors import DataError
 from dpaudit.kinds.base import AuditKind, KindSummary, Outputs, RunContext, SharedTables, UnitPlan
+from dpaudit.membership import brought, brought_units, language_units, sweep, trained, verdict
 from dpaudit.membership.schema import (
     MembershipSection,
     OwnSpec,
@@ -173,62 +174,46 @@ class MembershipKind(AuditKind[MembershipSection]):
         if not shared.target.brought:
             check_variants(shared.target, shared.training)
         if section.sweep is not None:
-            from dpaudit.membership.sweep import check_sweep
-
-            check_sweep(section, shared)
+            sweep.check_sweep(section, shared)
 
     def check_runnable(self, section: MembershipSection, context: RunContext) -> None:
         """Load the data (and a brought model) once, before any unit trains or attacks,
         and check that every attack has the population rows it needs (what a unit would
         otherwise say after training)."""
         if context.shared.target.format == "huggingface":
-            from dpaudit.membership.language_units import language_spec, preflight_language
-
-            preflight_language(language_spec(section, context))
+            language_units.preflight_language(language_units.language_spec(section, context))
         elif context.shared.target.brought:
-            from dpaudit.membership.brought import preflight
-
-            preflight(byo_spec(section, context))
+            brought.preflight(byo_spec(section, context))
         else:
-            from dpaudit.membership.trained import load
-
             own = own_spec(section, context)
-            check_own_population(section.attacks, own.data, load(own).num_rows)
+            check_own_population(section.attacks, own.data, trained.load(own).num_rows)
 
     def plan(self, section: MembershipSection, context: RunContext) -> UnitPlan:
         sh = context.shared
         if sh.target.format == "huggingface":
-            from dpaudit.membership.language_units import language_spec, language_unit
-
-            lm = language_spec(section, context)
+            lm = language_units.language_spec(section, context)
             return UnitPlan(
-                fn=language_unit,
+                fn=language_units.language_unit,
                 spec=lm,
                 units=(lm.unit,),
                 key_data=lm.key_data(),
                 description="scoring texts under your language model",
             )
         if sh.target.brought:
-            from dpaudit.membership.brought_units import byo_unit
-
             spec = byo_spec(section, context)
             return UnitPlan(
-                fn=byo_unit,
+                fn=brought_units.byo_unit,
                 spec=spec,
                 units=tuple(byo_units(spec)),
                 key_data=byo_key_data(spec, context),
                 description="attacking your target",
             )
-        from dpaudit.membership.trained import own_unit
-
         own = own_spec(section, context)
         if section.sweep is not None:
-            from dpaudit.membership.sweep import sweep_plan
-
-            return sweep_plan(own, section, context)
+            return sweep.sweep_plan(own, section, context)
         names = variants(sh.target, sh.training)
         return UnitPlan(
-            fn=own_unit,
+            fn=trained.own_unit,
             spec=own,
             units=tuple(f"target-{i}-{v}" for i, v in enumerate(names)),
             key_data=own.key_data(),
@@ -236,16 +221,12 @@ class MembershipKind(AuditKind[MembershipSection]):
         )
 
     def comparisons(self, section: MembershipSection, context: RunContext, outputs: Outputs) -> int:
-        from dpaudit.membership.verdict import entries
-
-        return sum(e.in_verdict for e in entries(section, context, outputs))
+        return sum(e.in_verdict for e in verdict.entries(section, context, outputs))
 
     def summarise(
         self, section: MembershipSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
-        from dpaudit.membership.verdict import membership_summary
-
-        return membership_summary(section, context, outputs, level=level)
+        return verdict.membership_summary(section, context, outputs, level=level)
 
 
 KIND = MembershipKind()

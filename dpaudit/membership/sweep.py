@@ -42,6 +42,7 @@ import numpy as np
 
 from dpaudit.errors import ConfigError
 from dpaudit.kinds.base import RunContext, SharedTables, UnitPlan
+from dpaudit.membership import trained
 from dpaudit.membership.schema import (
     INPUT_PERTURBATION,
     AttributeSection,
@@ -185,13 +186,11 @@ def sweep_unit(spec: SweepSpec, unit: str) -> dict[str, np.ndarray]:
     """Train and attack the target of one point: exactly the unit a single audit at that
     point runs (:func:`~dpaudit.membership.trained.own_unit`), its ``info`` tagged with
     the point."""
-    from dpaudit.membership.trained import own_unit
-
     i = int(unit.split("-")[1])
     point = spec.points[i]
     if unit != f"target-{i}-{point.name}":
         raise ConfigError(f"unit {unit!r} is not a point of this sweep: {spec.unit_names()}")
-    out = own_unit(point_spec(spec.own, spec.sweep, point), f"target-{i}-{point.variant}")
+    out = trained.own_unit(point_spec(spec.own, spec.sweep, point), f"target-{i}-{point.variant}")
     return _tagged(out, point)
 
 
@@ -218,13 +217,11 @@ def attribute_sweep_unit(spec: AttributeSweepSpec, unit: str) -> dict[str, np.nd
     """Train the target of one point and guess its rows' attribute: exactly the unit a
     single attribute audit at that point runs (:func:`~dpaudit.membership.trained.
     attribute_unit`), its ``info`` tagged with the point."""
-    from dpaudit.membership.trained import attribute_unit
-
     i = int(unit.split("-")[1])
     point = spec.points[i]
     if unit != f"attribute-{i}-{point.name}":
         raise ConfigError(f"unit {unit!r} is not a point of this sweep: {spec.unit_names()}")
-    out = attribute_unit(
+    out = trained.attribute_unit(
         point_spec(spec.target, spec.sweep, point), f"attribute-{i}-{point.variant}"
     )
     return _tagged(out, point)

@@ -58,7 +58,14 @@ from dpaudit.membership.summary import (
     riskiest_records,
     summarise_attack,
 )
-from dpaudit.results import WITHHELD, Comparison, TestSummary, score_summary, theory_curves
+from dpaudit.results import (
+    WITHHELD,
+    Comparison,
+    TestSummary,
+    paired_comparisons,
+    score_summary,
+    theory_curves,
+)
 
 __all__ = [
     "CLONE_NOTE",
@@ -227,27 +234,15 @@ def _attack_test(
         (outcome.one_run.value, upper),
         None if mu is None or mu_upper is None else (mu.value, mu_upper),
     )
-    comparisons = [
-        Comparison(
-            test=label,
-            parameter="epsilon",
-            lower=outcome.one_run,
-            upper=upper,
-            upper_source=source,
-            in_verdict=in_verdict and decides == "epsilon",
-        )
-    ]
-    if mu is not None:
-        comparisons.append(
-            Comparison(
-                test=label,
-                parameter="mu",
-                lower=mu,
-                upper=mu_upper,
-                upper_source="accountant μ" if mu_upper is not None else "none",
-                in_verdict=in_verdict and decides == "mu",
-            )
-        )
+    comparisons = paired_comparisons(
+        label,
+        outcome.one_run,
+        mu,
+        upper_epsilon=upper,
+        upper_mu=mu_upper,
+        source=(source, "accountant μ"),
+        in_verdict=(decides,) if in_verdict else (),
+    )
     if outcome.epsilon_heuristic is not None:
         comparisons.append(
             Comparison(

@@ -33,7 +33,11 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+# Submodules the kind adapter (dpaudit.reconstruction.kind) reaches on first use:
+# validating an audit file loads none of them.
+_SUBMODULES = ("sequential", "summary", "units")
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, submodules=_SUBMODULES)
 
 if TYPE_CHECKING:
     from dpaudit.bounds import identification_epsilon_lower_bound

@@ -41,6 +41,7 @@ from dpaudit.kinds.base import (
     UnitPlan,
     claim_left_out,
 )
+from dpaudit.reconstruction import sequential, summary, units
 from dpaudit.reconstruction.schema import ReconstructionSection
 
 
@@ -51,31 +52,20 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
 
     def check_runnable(self, section: ReconstructionSection, context: RunContext) -> None:
         if context.sequential is not None:  # the game's rounds are what stop
-            from dpaudit.reconstruction.sequential import check_sequential
-
-            check_sequential(section)
+            sequential.check_sequential(section)
 
     def plan(self, section: ReconstructionSection, context: RunContext) -> UnitPlan:
         if context.sequential is not None:  # the game in rounds of a sequential test
-            from dpaudit.reconstruction.sequential import plan_rounds
-
-            return plan_rounds(section, context)
-        from dpaudit.reconstruction.units import (
-            GAMES_PER_UNIT,
-            ReconstructionSpec,
-            descriptive_units,
-            reconstruction_unit,
-        )
-
-        spec = ReconstructionSpec(section=section, seed=context.seed)
-        units = descriptive_units(section)
+            return sequential.plan_rounds(section, context)
+        spec = units.ReconstructionSpec(section=section, seed=context.seed)
+        names = units.descriptive_units(section)
         if section.game is not None:
-            chunks = math.ceil(section.game.trials / GAMES_PER_UNIT)
-            units += [f"reconstruction-game-{j:05d}" for j in range(chunks)]
+            chunks = math.ceil(section.game.trials / units.GAMES_PER_UNIT)
+            names += [f"reconstruction-game-{j:05d}" for j in range(chunks)]
         return UnitPlan(
-            fn=reconstruction_unit,
+            fn=units.reconstruction_unit,
             spec=spec,
-            units=tuple(units),
+            units=tuple(names),
             # the σ claimed changes no game: the accountant reads it after the store
             key_data=claim_left_out(
                 spec.model_dump(mode="json"), "section", "game", "claimed_noise_multiplier"
@@ -86,9 +76,7 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
     def comparisons(
         self, section: ReconstructionSection, context: RunContext, outputs: Outputs
     ) -> int:
-        from dpaudit.reconstruction.summary import verdict_comparisons
-
-        return verdict_comparisons(section, context.delta)
+        return summary.verdict_comparisons(section, context.delta)
 
     def summarise(
         self,
@@ -98,9 +86,7 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
         *,
         level: float,
     ) -> KindSummary:
-        from dpaudit.reconstruction.summary import reconstruction_summary
-
-        return reconstruction_summary(section, context, outputs, level=level)
+        return summary.reconstruction_summary(section, context, outputs, level=level)
 
     def is_sequential(self, section: ReconstructionSection, context: RunContext) -> bool:
         return context.sequential is not None
@@ -113,9 +99,7 @@ class ReconstructionKind(AuditKind[ReconstructionSection]):
         *,
         level: float,
     ) -> str:
-        from dpaudit.reconstruction.sequential import stop_reason
-
-        return stop_reason(section, context, outputs, level=level)
+        return sequential.stop_reason(section, context, outputs, level=level)
 
 
 KIND = ReconstructionKind()

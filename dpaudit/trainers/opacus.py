@@ -127,7 +127,7 @@ from dpaudit.bounds.greybox import GreyBoxObservations
 from dpaudit.errors import ConfigError
 from dpaudit.records import DPSGDRecord
 from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
-from dpaudit.trainers import CanarySetup, CapturedOutput, TrainerOutput, TrainerSettings
+from dpaudit.trainers.protocol import CanarySetup, CapturedOutput, TrainerOutput, TrainerSettings
 
 __all__ = [
     "CANARY_NORM_FACTOR",

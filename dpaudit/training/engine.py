@@ -33,7 +33,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -79,24 +79,6 @@ NOISE_BLOCK_BYTES = 4 * 2**20
 # "Chunk cap"); small models still get large chunks, which amortise each step's fixed
 # cost.
 STEP_WORKING_SET_BYTES = 24 * 2**20
-
-
-class ClippedSumBackend(Protocol):
-    """Computes, for a chunk of models, the sum over each model's batch of its clipped
-    per-example gradients, as a ``(Kc, P)`` tensor in flat parameter order."""
-
-    num_parameters: int
-
-    def clipped_sum(
-        self,
-        theta: torch.Tensor,
-        xb: torch.Tensor,
-        yb: torch.Tensor,
-        valid: torch.Tensor,
-        clipping_norm: float | None,
-    ) -> torch.Tensor: ...
-
-    def bytes_per_example(self, itemsize: int) -> int: ...
 
 
 # ----------------------------------------------------------------------------- backend

@@ -19,6 +19,9 @@ aside, and the audit computes it again. The digests a result was computed from a
 recorded in ``results.json`` (``dpaudit verify`` checks both). The digest is not a
 signature: it catches corruption and edits made without dpaudit, not a forger who
 recomputes it; a release pipeline keeps the run directory where only it can write.
+
+The executors that run an audit's missing units and hand them to this store are
+:mod:`dpaudit.store.executors` (formerly ``dpaudit.executors``).
 """
 
 from __future__ import annotations

@@ -2,13 +2,14 @@
 
 The keys written here are documented in ``dpaudit/schemas/results.schema.json`` and
 versioned by ``SCHEMA_VERSION``; every run validates against that schema in the tests.
+The gate that turns these results into checks and a verdict is :mod:`dpaudit.results.gate`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -120,6 +121,52 @@ class Comparison:
             "in_verdict": self.in_verdict,
             "validity_meaning": VALIDITY_MEANING[self.lower.validity],
         }
+
+
+def paired_comparisons(
+    test: str,
+    epsilon: EpsilonBound,
+    mu: MuBound | None,
+    *,
+    upper_epsilon: float | None,
+    upper_mu: float | None,
+    source: str | tuple[str, str],
+    in_verdict: Collection[str] = (),
+) -> list[Comparison]:
+    """One test's ε and μ lower bounds, each held against its upper bound.
+
+    Args:
+        test: the test's label, shared by both comparisons.
+        epsilon: the ε lower bound.
+        mu: the μ lower bound, or ``None`` (then only the ε comparison is returned).
+        upper_epsilon: the ε the lower bound is held against, or ``None``.
+        upper_mu: the μ the lower bound is held against, or ``None``.
+        source: where the upper bounds come from: ``"accountant"`` names them
+            ``"accountant ε"`` and ``"accountant μ"``; a pair gives the two names as they
+            are. A missing upper bound is named ``"none"``.
+        in_verdict: the parameters (``"epsilon"``, ``"mu"``) whose comparison enters the
+            verdict; the others are reported only.
+
+    Returns:
+        The ε comparison, then the μ comparison (when ``mu`` is given).
+    """
+    names = source if isinstance(source, tuple) else (f"{source} ε", f"{source} μ")
+    pairs: list[tuple[str, EpsilonBound | MuBound, float | None, str]] = [
+        ("epsilon", epsilon, upper_epsilon, names[0])
+    ]
+    if mu is not None:
+        pairs.append(("mu", mu, upper_mu, names[1]))
+    return [
+        Comparison(
+            test=test,
+            parameter=parameter,
+            lower=lower,
+            upper=upper,
+            upper_source=name if upper is not None else "none",
+            in_verdict=parameter in in_verdict,
+        )
+        for parameter, lower, upper, name in pairs
+    ]
 
 
 #: A test's ``details`` key that withholds its metrics from every gate policy that reads

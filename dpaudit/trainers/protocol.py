@@ -1,0 +1,221 @@
+"""The types of the trainer protocol (documented in :mod:`dpaudit.trainers`): what a trainer
+is told (:class:`CanarySetup`, :class:`TrainerSettings`), what it returns
+(:class:`TrainerOutput`, checked by :func:`coerce_output`), and :class:`CapturedOutput`,
+for trainers that run user code once per model."""
+
+from __future__ import annotations
+
+import io
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dpaudit.accounting.upper_bounds import Claim
+from dpaudit.bounds.greybox import GreyBoxObservations
+from dpaudit.errors import DpauditError
+from dpaudit.models import ModelSpec, ModelStack
+from dpaudit.records import DPSGDRecord
+from dpaudit.safe_text import one_line
+from dpaudit.training import TrainingSpec
+
+__all__ = [
+    "CanarySetup",
+    "CapturedOutput",
+    "Trainer",
+    "TrainerOutput",
+    "TrainerSettings",
+    "coerce_output",
+]
+
+
+@dataclass(frozen=True)
+class CanarySetup:
+    """What a trainer is told about the canary.
+
+    Attributes:
+        kind: ``"mislabeled"``, ``"ood"``, ``"clipbkd"`` or ``"dirac"``.
+        threat_model: ``"black-box"`` (the audit scores the final models) or
+            ``"white-box"`` (the trainer returns a score of the privatised updates'
+            projections on ``direction``, the one ``score`` names).
+        included: ``(K,)`` whether each model's dataset holds the canary.
+        row: the canary's row in ``X`` for input-space canaries, else ``None``.
+        direction: ``(P,)`` the gradient canary (Dirac) in flat parameter order, else ``None``.
+        score: the white-box statistic asked for (``[dpsgd] score``):
+            ``"likelihood-ratio"`` (the sum over steps of
+            :func:`mixture_log_likelihood_ratio`) or ``"sum"`` (the plain sum of the
+            projections). Black-box audits ignore it.
+        replaced: in a replace-one audit (``canary = "worst-case"``), the row the canary
+            replaces: in the models without the canary only; else ``None``.
+    """
+
+    kind: str
+    threat_model: str
+    included: np.ndarray = field(repr=False)
+    row: int | None = None
+    direction: np.ndarray | None = field(default=None, repr=False)
+    score: str = "likelihood-ratio"
+    replaced: int | None = None
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    """How to train: the architecture, the optimiser and DP spec, and trainer options.
+
+    Attributes:
+        model: the architecture (logistic regression or MLP).
+        training: epochs, batch size, learning rate and ``dp`` (σ, C) for the engine.
+        num_classes: number of classes.
+        model_offset: global index of the first model of this call (work units).
+        options: trainer-specific numbers (``epsilon``, ``lam``, ``parties``, ...).
+    """
+
+    model: ModelSpec
+    training: TrainingSpec
+    num_classes: int
+    model_offset: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrainerOutput:
+    """What a trainer ran and produced.
+
+    Attributes:
+        scores: ``(K,)`` canary scores (larger = "in"), or ``None`` when ``models`` is set.
+        models: the trained stack, scored black-box by the audit when ``scores`` is None.
+        records: one :class:`DPSGDRecord` per model stating what was executed, or ``None``.
+        claim: the (ε, δ)/μ guarantee of what ran, for trainers without a record.
+        observations: what the trainer saw itself run, step by step (batch sizes, clipped
+            norms, the noise on an untouched coordinate, steps), for the grey-box checks
+            of :mod:`dpaudit.bounds.greybox`; ``None`` leaves those checks not evaluated.
+    """
+
+    scores: np.ndarray | None = field(default=None, repr=False)
+    models: ModelStack | None = field(default=None, repr=False)
+    records: tuple[DPSGDRecord, ...] | None = field(default=None, repr=False)
+    claim: Claim | None = None
+    observations: GreyBoxObservations | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.scores is None and self.models is None:
+            raise DpauditError("A trainer must return 'scores' or 'models'. Got neither.")
+        if self.records is None and self.claim is None:
+            raise DpauditError(
+                "A trainer must return what it ran: 'records' (DPSGDRecord per model) or "
+                "'claim' (epsilon, delta, mu or rho). Got neither."
+            )
+
+
+Trainer = Callable[..., TrainerOutput]
+
+
+class CapturedOutput:
+    """What user code wrote to stdout and stderr while a trainer ran it once per model.
+
+    A user's loop that prints its loss every epoch prints it once per model: hundreds of
+    times in an audit. A trainer that runs user code per model captures each run
+    (:meth:`capture`) and reports the lot once (:meth:`summary`). Lines are counted, not
+    kept: the first line and up to :attr:`MAX_DISTINCT` distinct lines are remembered.
+    A run that raises writes what it printed to the real stderr first, next to its error.
+    """
+
+    #: Distinct lines remembered; past this many, "distinct" is a lower bound.
+    MAX_DISTINCT = 10_000
+    #: Characters of the first line quoted in the summary.
+    QUOTED = 200
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.first: str | None = None
+        self._distinct: set[str] = set()
+
+    @contextmanager
+    def capture(self) -> Iterator[None]:
+        """Capture one run's stdout and stderr (Python-level writes, in order)."""
+        buffer = io.StringIO()
+        try:
+            with redirect_stdout(buffer), redirect_stderr(buffer):
+                yield
+        except BaseException:
+            sys.stderr.write(buffer.getvalue())
+            raise
+        finally:
+            self._add(buffer.getvalue())
+
+    def _add(self, text: str) -> None:
+        # splitlines() also splits on the carriage returns a progress bar redraws with.
+        for line in (line.strip() for line in text.splitlines()):
+            if not line:
+                continue
+            self.lines += 1
+            if self.first is None:
+                self.first = line
+            if len(self._distinct) < self.MAX_DISTINCT:
+                self._distinct.add(line)
+
+    def summary(self, who: str, runs: int) -> str | None:
+        """One line on what ``runs`` runs of ``who`` printed, or ``None`` if nothing."""
+        if self.first is None:
+            return None
+        distinct = len(self._distinct)
+        more = "+" if distinct >= self.MAX_DISTINCT else ""
+        plural = "" if self.lines == 1 else "s"
+        first = one_line(self.first, limit=self.QUOTED)
+        return (
+            f"{who} printed {self.lines} line{plural} ({distinct}{more} distinct) over "
+            f"{runs} model{'' if runs == 1 else 's'}, captured rather than shown; the "
+            f'first: "{first}"'
+        )
+
+
+def coerce_output(out: Any, *, num_models: int, name: str) -> TrainerOutput:
+    """Check a trainer's output (a :class:`TrainerOutput` or a dict) and normalise it."""
+    if isinstance(out, dict):
+        unknown = set(out) - {"scores", "models", "records", "claim", "observations"}
+        if unknown:
+            raise DpauditError(f"Trainer {name!r} returned unknown keys {sorted(unknown)}.")
+        claim = out.get("claim")
+        if isinstance(claim, dict):
+            claim = Claim(**claim)
+        records = out.get("records")
+        scores = out.get("scores")
+        out = TrainerOutput(
+            scores=None if scores is None else np.asarray(scores, dtype=float),
+            models=out.get("models"),
+            records=None if records is None else tuple(records),
+            claim=claim,
+            observations=out.get("observations"),
+        )
+    if not isinstance(out, TrainerOutput):
+        raise DpauditError(
+            f"Trainer {name!r} must return a TrainerOutput or a dict. Got {type(out).__name__}."
+        )
+    if out.scores is not None:
+        s = np.asarray(out.scores, dtype=float).reshape(-1)
+        if s.size != num_models or not np.all(np.isfinite(s)):
+            raise DpauditError(
+                f"Trainer {name!r} must return {num_models} finite scores. Got {s.size} "
+                f"values{'' if np.all(np.isfinite(s)) else ' with NaN or infinity'}."
+            )
+    if out.records is not None and len(out.records) != num_models:
+        raise DpauditError(
+            f"Trainer {name!r} must return one record per model ({num_models}). "
+            f"Got {len(out.records)}."
+        )
+    obs = out.observations
+    if obs is not None:
+        if not isinstance(obs, GreyBoxObservations):
+            raise DpauditError(
+                f"Trainer {name!r} must return 'observations' as a GreyBoxObservations. "
+                f"Got {type(obs).__name__}."
+            )
+        if obs.num_models != num_models:
+            raise DpauditError(
+                f"Trainer {name!r} must return observations of every model ({num_models}). "
+                f"Got {obs.num_models}."
+            )
+    return out

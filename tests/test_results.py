@@ -1,0 +1,71 @@
+"""dpaudit.results: the one helper that holds a test's ε and μ lower bounds against theirs."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpaudit.bounds import EpsilonBound, MuBound
+from dpaudit.results import Comparison, paired_comparisons
+
+
+def _bounds() -> tuple[EpsilonBound, MuBound]:
+    eps = EpsilonBound(
+        value=1.5,
+        confidence_level=0.95,
+        delta=1e-5,
+        method="clopper-pearson",
+        threshold="split",
+        validity="rigorous-multi-run",
+    )
+    mu = MuBound(
+        value=0.8,
+        confidence_level=0.95,
+        method="clopper-pearson",
+        threshold="split",
+        validity="rigorous-multi-run",
+    )
+    return eps, mu
+
+
+def test_a_pair_names_its_sources_and_enters_the_verdict_as_asked() -> None:
+    eps, mu = _bounds()
+    got = paired_comparisons(
+        "t", eps, mu, upper_epsilon=1.0, upper_mu=None, source="accountant", in_verdict=["epsilon"]
+    )
+    assert got == [
+        Comparison(
+            test="t",
+            parameter="epsilon",
+            lower=eps,
+            upper=1.0,
+            upper_source="accountant ε",
+            in_verdict=True,
+        ),
+        # a missing upper bound is named "none"
+        Comparison(
+            test="t", parameter="mu", lower=mu, upper=None, upper_source="none", in_verdict=False
+        ),
+    ]
+    assert got[0].violation
+    assert not got[1].violation
+
+
+def test_a_pair_takes_two_names_as_they_are_and_no_mu_gives_one_comparison() -> None:
+    eps, mu = _bounds()
+    named = paired_comparisons(
+        "t",
+        eps,
+        mu,
+        upper_epsilon=2.0,
+        upper_mu=1.0,
+        source=("accountant ε (PLD)", "accountant μ"),
+    )
+    assert [(c.parameter, c.upper_source, c.in_verdict) for c in named] == [
+        ("epsilon", "accountant ε (PLD)", False),
+        ("mu", "accountant μ", False),
+    ]
+    (alone,) = paired_comparisons(
+        "t", eps, None, upper_epsilon=2.0, upper_mu=1.0, source="claim", in_verdict=("epsilon",)
+    )
+    assert alone.upper_source == "claim ε"
+    assert alone.tightness == pytest.approx(0.75)
