@@ -149,13 +149,13 @@ def test_kind_adapters_import_nothing_inside_their_functions() -> None:
 def test_few_imports_hide_inside_functions() -> None:
     # Optional dependencies (mlflow, dask, pandas, matplotlib, tensorly, ...) and the
     # scipy.stats that most runs never load stay inside functions; the rest of the package
-    # imports at the top. The command-line interface is counted on its own.
+    # imports at the top; the command-line interface reaches the library through its lazy
+    # names (cli/_library.py) and imports nothing inside its functions.
     counts = {
-        str(p.relative_to(PACKAGE)): _imports_inside_functions(p)
-        for p in PACKAGE.rglob("*.py")
-        if not str(p.relative_to(PACKAGE)).startswith("cli")
+        str(p.relative_to(PACKAGE)): _imports_inside_functions(p) for p in PACKAGE.rglob("*.py")
     }
-    assert sum(counts.values()) <= 55, sorted(counts.items(), key=lambda kv: -kv[1])[:10]
+    assert sum(counts.values()) < 60, sorted(counts.items(), key=lambda kv: -kv[1])[:10]
+    assert sum(n for name, n in counts.items() if name.startswith("cli")) == 0
 
 
 def test_the_trainers_package_registers_its_sibling_modules_trainers() -> None:
