@@ -21,27 +21,54 @@ from types import ModuleType
 from typing import Any
 
 
-def lazy_module(name: str) -> ModuleType:
-    """The module ``name``, imported now if it is, else registered to load on first use.
+class DeferredModule(ModuleType):
+    """A stand-in for a module not imported yet, bound where the module will be used.
 
-    A module not imported yet is put in ``sys.modules`` through
-    :class:`importlib.util.LazyLoader`: it is the real module object, whose code runs the
-    first time one of its attributes is read. ``import name`` elsewhere then returns the
-    same object, and a patch (``monkeypatch.setattr``) made through either is the same
-    patch.
+    Reading, setting or deleting any attribute it does not hold itself, or its
+    ``__dict__``, imports the module (:func:`importlib.import_module`) and acts on it:
+    ``stand_in.f`` is ``module.f``, and a patch (``monkeypatch.setattr(stand_in, ...)``) is
+    a patch of the module, undone there.
+    The stand-in is never put in :data:`sys.modules`: nothing that walks the loaded
+    modules (``inspect.getmodule``, which torch calls while it loads) can start the import
+    half-way through another module's, as a lazily loaded entry of ``sys.modules`` would.
     """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+
+    def _module(self) -> ModuleType:
+        return importlib.import_module(object.__getattribute__(self, "__name__"))
+
+    @property
+    def __dict__(self) -> dict[str, Any]:  # type: ignore[override]
+        # the module's namespace: what `vars()` and a patch's record of the old value read
+        return self._module().__dict__
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._module(), attr)
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        setattr(self._module(), attr, value)
+
+    def __delattr__(self, attr: str) -> None:
+        delattr(self._module(), attr)
+
+    def __dir__(self) -> list[str]:
+        return dir(self._module())
+
+    def __repr__(self) -> str:
+        return f"<deferred module {object.__getattribute__(self, '__name__')!r}>"
+
+
+def lazy_module(name: str) -> ModuleType:
+    """The module ``name`` if it is imported, else a :class:`DeferredModule` that imports
+    it on first use."""
     module = sys.modules.get(name)
     if module is not None:
         return module
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.loader is None:
+    if importlib.util.find_spec(name) is None:
         raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-    loader = importlib.util.LazyLoader(spec.loader)
-    spec.loader = loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    loader.exec_module(module)
-    return module
+    return DeferredModule(name)
 
 
 def lazy_exports(
