@@ -715,7 +715,8 @@ def plan_from_file(
     share of the verdict's budget each bound gets: the kinds' in-verdict comparisons are
     counted from the file (:func:`planned_comparisons`), as the audit counts them before
     any bound; a kind that counts from what its units store (fixed-design ``dpsgd``,
-    ``membership``) gives the most its verdict can hold, so the plan is conservative. Nothing runs, unless ``time`` is set: then the kind is run on a few trials
+    ``membership``) gives the most its verdict can hold, so the plan is conservative.
+    Nothing runs, unless ``time`` is set: then the kind is run on a few trials
     (:func:`measure_trial_cost`, in a temporary folder) to extrapolate its wall and CPU
     time to the planned trials.
 
