@@ -1011,6 +1011,46 @@ def verify_run(
     return problems
 
 
+@dataclass(frozen=True)
+class VerifyResult:
+    """What ``dpaudit verify`` found: a run's results.json against its stored units.
+
+    Attributes:
+        run_dir: the run directory verified.
+        problems: one line per difference (:func:`verify_run`); empty when it matches.
+        verdict: the verdict recomputed from the stored units (None when units were
+            missing or rejected, so that nothing was recomputed).
+    """
+
+    run_dir: Path
+    problems: tuple[str, ...]
+    verdict: Any = None
+
+    @property
+    def matches(self) -> bool:
+        """Whether results.json is what its stored units give."""
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_dir": str(self.run_dir),
+            "matches": self.matches,
+            "problems": list(self.problems),
+            "verdict": self.verdict,
+        }
+
+
+def verify_result(run_dir: str | Path) -> VerifyResult:
+    """:func:`verify_run` as a result object (what ``dpaudit verify`` prints).
+
+    Raises:
+        DpauditError: no readable results.json, or its audit file text no longer loads.
+    """
+    recomputed: dict[str, Any] = {}
+    problems = verify_run(run_dir, recompute=recomputed)
+    return VerifyResult(Path(run_dir), tuple(problems), recomputed.get("verdict"))
+
+
 def write_outputs(result: AuditResult, run_dir: Path, *, html: bool = True) -> None:
     """Write ``results.json`` and ``report.html``, each atomically.
 

@@ -237,3 +237,25 @@ def test_time_needs_a_file_and_a_file_needs_a_multi_run_design() -> None:
     res = runner.invoke(app, ["plan", LAPLACE, "--target", "1", "--sequential"])
     assert res.exit_code == 2
     assert "planning FILE is for --design multi-run without --sequential" in res.output
+
+
+def test_verify_result_holds_the_problems_and_the_recomputed_verdict(tmp_path: Path) -> None:
+    path = tmp_path / "laplace.toml"
+    text = Path(LAPLACE).read_text(encoding="utf-8").replace("100_000", "2_000")
+    path.write_text(text, encoding="utf-8")
+    ran = run_audit(path, output_dir=tmp_path / "run")
+    verified = dpaudit.audit.verify_result(tmp_path / "run")
+    assert (verified.matches, verified.problems) == (True, ())
+    assert verified.verdict == ran.verdict
+    assert verified.to_dict() == {
+        "run_dir": str(tmp_path / "run"),
+        "matches": True,
+        "problems": [],
+        "verdict": ran.verdict,
+    }
+    doc = json.loads((tmp_path / "run" / "results.json").read_text(encoding="utf-8"))
+    doc["name"] = "edited"
+    (tmp_path / "run" / "results.json").write_text(json.dumps(doc), encoding="utf-8")
+    edited = dpaudit.audit.verify_result(tmp_path / "run")
+    assert edited.problems == ("results.json's 'name' differs from what its stored units give",)
+    assert not edited.matches
