@@ -36,7 +36,14 @@ from dpaudit.config import (
 )
 from dpaudit.errors import DpauditError, KindContractError, check_in_interval
 from dpaudit.kinds import get_kind
-from dpaudit.kinds.base import KindSummary, UnitPlan, VerdictBudget, check_spending
+from dpaudit.kinds.base import (
+    NO_UNITS,
+    KindSummary,
+    UnitPlan,
+    UnitsNeeded,
+    VerdictBudget,
+    check_spending,
+)
 from dpaudit.planning import TrialPlan, plan_trials
 from dpaudit.plugins import stderr_held
 from dpaudit.report import render_report
@@ -543,51 +550,59 @@ CALIBRATION: dict[str, tuple[int, int]] = {"mechanism": (20_000, 100_000)}
 CALIBRATION_DEFAULT = (32, 96)
 
 
-class _UnitsNeeded(Exception):
-    """A kind read its stored units to count its comparisons (:class:`_NoUnits`)."""
+@dataclass(frozen=True)
+class PlannedComparisons:
+    """Every kind's in-verdict comparisons, counted from the parsed file alone.
+
+    Attributes:
+        counts: per kind, its count (k is their sum, :attr:`total`).
+        maximum: the kinds whose count is the most their verdict can hold rather than
+            exact: they count from what their units stored (a DP-SGD run's records and
+            checks, a membership target's bounds), so the plan takes the maximum.
+    """
+
+    counts: dict[str, int]
+    maximum: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
 
 
-class _NoUnits(Mapping[str, Mapping[str, np.ndarray]]):
-    """Stored outputs that do not exist yet: a kind that counts its in-verdict comparisons
-    from the file alone never reads them; one that reads them raises :class:`_UnitsNeeded`."""
-
-    def __getitem__(self, unit: str) -> Mapping[str, np.ndarray]:
-        raise _UnitsNeeded
-
-    def __iter__(self) -> Iterator[str]:
-        raise _UnitsNeeded
-
-    def __len__(self) -> int:
-        raise _UnitsNeeded
-
-    def __contains__(self, unit: object) -> bool:
-        raise _UnitsNeeded
-
-
-def planned_comparisons(config: AuditConfig) -> dict[str, int]:
+def planned_comparisons(config: AuditConfig) -> PlannedComparisons:
     """Every kind's in-verdict comparisons, counted from the parsed file alone.
 
     These are the counts :func:`run_audit` gives :class:`VerdictBudget` before any bound is
     computed (each kind's ``comparisons``), asked before any unit exists. A kind whose
-    count depends on what its units stored (a DP-SGD run's records and checks, a
-    membership target's bounds) cannot be counted so: that is an error naming it.
+    count depends on what its units stored gives the most its verdict can hold instead
+    (:meth:`~dpaudit.kinds.base.AuditKind.planned_comparisons`), named in ``maximum``: a
+    plan at 1 − (1 − c)/k_max is conservative, never fewer trials than the run needs.
 
     Raises:
-        DpauditError: a kind counts its comparisons from its stored units.
+        DpauditError: a kind counts its comparisons from its stored units and gives no
+            maximum (a kind registered without ``planned_comparisons``).
     """
     context = run_context(config)
-    counts = {}
+    counts: dict[str, int] = {}
+    maximum: list[str] = []
     for name in config.audit.kinds:
+        kind, section = get_kind(name), config.section(name)
         try:
-            counts[name] = get_kind(name).comparisons(config.section(name), context, _NoUnits())
-        except _UnitsNeeded:
+            counts[name] = kind.comparisons(section, context, NO_UNITS)
+            continue
+        except UnitsNeeded:
+            pass
+        try:
+            counts[name] = kind.planned_comparisons(section, context)
+        except UnitsNeeded:
             raise DpauditError(
                 f"the {name!r} kind counts its share of the verdict's confidence from its "
                 "stored units (what the run recorded), not from the file: plan it without "
                 "the file, with --confidence-level 1 − (1 − c)/k for the k comparisons its "
                 "verdict holds (results.json provenance.verdict_budget of a run says k)"
             ) from None
-    return counts
+        maximum.append(name)
+    return PlannedComparisons(counts, tuple(maximum))
 
 
 @dataclass(frozen=True)
@@ -603,6 +618,9 @@ class FilePlan:
         confidence_level: c of the verdict: the file's ``[audit] confidence_level`` or the
             one given instead (``confidence_source`` says which: ``"file"`` or ``"given"``).
         comparisons: per kind, its in-verdict comparisons (k is their sum).
+        comparisons_maximum: the kinds whose count is the most their verdict can hold
+            (counted from what a run stores): k is then a maximum and the plan
+            conservative.
         level_each: the level of each in-verdict bound, the plan's level.
         claim: the kind's claim as the file states it (None: the kind's own guarantee).
         file_trials: the trials per arm the file runs.
@@ -623,6 +641,7 @@ class FilePlan:
     plan: TrialPlan
     size_notes: tuple[str, ...] = ()
     time: TrialCost | None = None
+    comparisons_maximum: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The plan's fields (as :meth:`TrialPlan.to_dict`), then the file's and the time's."""
@@ -633,6 +652,7 @@ class FilePlan:
             "verdict_confidence_level": self.confidence_level,
             "confidence_source": self.confidence_source,
             "comparisons": dict(self.comparisons),
+            "comparisons_maximum": list(self.comparisons_maximum),
             "level_each": self.level_each,
             "claim": self.claim,
             "file_trials_per_arm": self.file_trials,
@@ -694,7 +714,9 @@ def plan_from_file(
     plan for) and the claim (a μ claim alone plans the μ bound). The plan's level is the
     share of the verdict's budget each bound gets: the kinds' in-verdict comparisons are
     counted from the file (:func:`planned_comparisons`), as the audit counts them before
-    any bound. Nothing runs, unless ``time`` is set: then the kind is run on a few trials
+    any bound; a kind that counts from what its units store (fixed-design ``dpsgd``,
+    ``membership``) gives the most its verdict can hold, so the plan is conservative.
+    Nothing runs, unless ``time`` is set: then the kind is run on a few trials
     (:func:`measure_trial_cost`, in a temporary folder) to extrapolate its wall and CPU
     time to the planned trials.
 
@@ -712,7 +734,8 @@ def plan_from_file(
 
     Raises:
         DpauditError: an unreadable or invalid file, a kind not in the file or without
-            trials, a kind whose comparisons depend on its stored units, no mechanism to
+            trials, a kind whose comparisons depend on its stored units and that gives no
+            maximum, no mechanism to
             plan for, or an unreachable target.
     """
     config = (
@@ -729,8 +752,8 @@ def plan_from_file(
         )
     c = config.audit.confidence_level if confidence_level is None else confidence_level
     check_in_interval("confidence_level", c, 0.0, 1.0, low_open=True, high_open=True)
-    counts = planned_comparisons(config)
-    level = VerdictBudget(c, sum(counts.values())).level
+    counted = planned_comparisons(config)
+    level = VerdictBudget(c, counted.total).level
     claim_table = getattr(section, "claim", None)
     claim = None if claim_table is None else claim_table.model_dump(exclude_none=True)
     tradeoff: str
@@ -778,13 +801,14 @@ def plan_from_file(
         kind=name,
         confidence_level=c,
         confidence_source="file" if confidence_level is None else "given",
-        comparisons=counts,
+        comparisons=dict(counted.counts),
         level_each=level,
         claim=claim,
         file_trials=int(section.trials),
         plan=plan,
         size_notes=tuple(notes),
         time=cost,
+        comparisons_maximum=counted.maximum,
     )
 
 
@@ -985,6 +1009,46 @@ def verify_run(
         }
         recompute.update({k: v for k, v in again.items() if k != "provenance"})
     return problems
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """What ``dpaudit verify`` found: a run's results.json against its stored units.
+
+    Attributes:
+        run_dir: the run directory verified.
+        problems: one line per difference (:func:`verify_run`); empty when it matches.
+        verdict: the verdict recomputed from the stored units (None when units were
+            missing or rejected, so that nothing was recomputed).
+    """
+
+    run_dir: Path
+    problems: tuple[str, ...]
+    verdict: Any = None
+
+    @property
+    def matches(self) -> bool:
+        """Whether results.json is what its stored units give."""
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_dir": str(self.run_dir),
+            "matches": self.matches,
+            "problems": list(self.problems),
+            "verdict": self.verdict,
+        }
+
+
+def verify_result(run_dir: str | Path) -> VerifyResult:
+    """:func:`verify_run` as a result object (what ``dpaudit verify`` prints).
+
+    Raises:
+        DpauditError: no readable results.json, or its audit file text no longer loads.
+    """
+    recomputed: dict[str, Any] = {}
+    problems = verify_run(run_dir, recompute=recomputed)
+    return VerifyResult(Path(run_dir), tuple(problems), recomputed.get("verdict"))
 
 
 def write_outputs(result: AuditResult, run_dir: Path, *, html: bool = True) -> None:

@@ -123,11 +123,91 @@ def test_plan_file_with_time_extrapolates_a_line_through_two_calibration_runs() 
     assert out["level_each"] == pytest.approx(1 - 0.05 / 3)  # the file's, not the runs'
 
 
-def test_a_kind_that_counts_its_comparisons_from_its_units_is_named() -> None:
-    res = runner.invoke(
-        app, ["plan", str(ROOT / "audits" / "dpsgd-dpsgd.toml"), "--target", "0.5",
-              "--mechanism-epsilon", "1"],
-    )  # fmt: skip
+DPSGD = str(ROOT / "audits" / "dpsgd-dpsgd.toml")
+
+
+def test_a_dpsgd_file_is_planned_at_the_most_comparisons_its_verdict_can_hold(
+    tmp_path: Path,
+) -> None:
+    # dpsgd-dpsgd.toml: many-run ε, μ and claim curve (3), the one run (1), the grey-box
+    # batch-size and noise p-value tests (2): at most 6, counted from the file.
+    out = _plan(DPSGD, "--target", "0.5", "--mechanism-mu", "1.5")
+    level = 1 - (1 - 0.95) / 6
+    expected = plan_trials(0.5, FILE_DELTA, level, tradeoff="gaussian", mechanism_mu=1.5)
+    assert (out["comparisons"], out["comparisons_maximum"]) == ({"dpsgd": 6}, ["dpsgd"])
+    assert out["level_each"] == pytest.approx(level, abs=1e-15)
+    assert out["trials_per_arm"] == expected.trials_per_arm
+    text = runner.invoke(app, ["plan", DPSGD, "--target", "0.5", "--mechanism-mu", "1.5"])
+    assert text.exit_code == 0, text.output
+    assert (
+        "shared over at most 6 comparisons (dpsgd 6): planned conservatively, as dpsgd "
+        "counts from what a run stores." in " ".join(text.output.split())
+    )
+    # A small run of the same file records its k: never more than the planned maximum.
+    config = load_config(DPSGD).with_section(
+        "dpsgd", trials=20, one_run={"canaries": 40, "guesses": 20}
+    )
+    ran = run_audit(config, output_dir=tmp_path / "run")
+    k = ran.provenance["verdict_budget"]["per_kind"]["dpsgd"]
+    assert 1 <= k <= dpaudit.audit.planned_comparisons(config).counts["dpsgd"] == 6
+
+
+MEMBERSHIP_AND_LAPLACE = """
+[audit]
+name = "membership-and-laplace"
+kinds = ["mechanism", "membership"]
+seed = 4
+[mechanism]
+name = "laplace"
+epsilon = 1.0
+trials = 2000
+[data]
+dataset = "statsmodels:fair"
+audited_size = 100
+[model]
+kind = "logistic"
+[training]
+epochs = 1
+batch_size = 32
+[training.dp]
+target_epsilon = 2.0
+[target]
+variants = ["plain", "dp"]
+[membership]
+attacks = ["loss"]
+"""
+
+
+def test_a_membership_kind_counts_at_most_its_held_targets_shown_attacks(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "audit.toml"
+    path.write_text(MEMBERSHIP_AND_LAPLACE, encoding="utf-8")
+    # the dp target may be held against its accountant, the plain one never: 1 × 1 attack
+    counted = dpaudit.audit.planned_comparisons(load_config(path))
+    assert (counted.counts, counted.maximum) == ({"mechanism": 3, "membership": 1}, ("membership",))
+    out = _plan(str(path), "--target", "0.5")
+    level = 1 - (1 - 0.95) / 4
+    expected = plan_trials(0.5, FILE_DELTA, level, tradeoff="laplace", mechanism_epsilon=1.0)
+    assert out["trials_per_arm"] == expected.trials_per_arm
+    assert out["comparisons_maximum"] == ["membership"]
+    ran = run_audit(path, output_dir=tmp_path / "run")
+    assert ran.provenance["verdict_budget"]["per_kind"] == {"mechanism": 3, "membership": 1}
+    # every attack shown, every target held: variants × attacks; headline shows one
+    both = load_config(path).with_section("membership", attacks=["loss", "lira"])
+    assert dpaudit.audit.planned_comparisons(both).counts["membership"] == 2
+    one = load_config(path).with_section("membership", attacks=["loss", "lira"], headline="loss")
+    assert dpaudit.audit.planned_comparisons(one).counts["membership"] == 1
+
+
+def test_a_kind_that_counts_from_its_units_and_gives_no_maximum_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dpaudit.dpsgd.kind import DpsgdKind
+    from dpaudit.kinds.base import AuditKind
+
+    monkeypatch.setattr(DpsgdKind, "planned_comparisons", AuditKind.planned_comparisons)
+    res = runner.invoke(app, ["plan", DPSGD, "--target", "0.5", "--mechanism-epsilon", "1"])
     assert res.exit_code == 2
     assert " ".join(res.output.split()).startswith(
         "error: the 'dpsgd' kind counts its share of the verdict's confidence from its stored units"
@@ -157,3 +237,25 @@ def test_time_needs_a_file_and_a_file_needs_a_multi_run_design() -> None:
     res = runner.invoke(app, ["plan", LAPLACE, "--target", "1", "--sequential"])
     assert res.exit_code == 2
     assert "planning FILE is for --design multi-run without --sequential" in res.output
+
+
+def test_verify_result_holds_the_problems_and_the_recomputed_verdict(tmp_path: Path) -> None:
+    path = tmp_path / "laplace.toml"
+    text = Path(LAPLACE).read_text(encoding="utf-8").replace("100_000", "2_000")
+    path.write_text(text, encoding="utf-8")
+    ran = run_audit(path, output_dir=tmp_path / "run")
+    verified = dpaudit.audit.verify_result(tmp_path / "run")
+    assert (verified.matches, verified.problems) == (True, ())
+    assert verified.verdict == ran.verdict
+    assert verified.to_dict() == {
+        "run_dir": str(tmp_path / "run"),
+        "matches": True,
+        "problems": [],
+        "verdict": ran.verdict,
+    }
+    doc = json.loads((tmp_path / "run" / "results.json").read_text(encoding="utf-8"))
+    doc["name"] = "edited"
+    (tmp_path / "run" / "results.json").write_text(json.dumps(doc), encoding="utf-8")
+    edited = dpaudit.audit.verify_result(tmp_path / "run")
+    assert edited.problems == ("results.json's 'name' differs from what its stored units give",)
+    assert not edited.matches

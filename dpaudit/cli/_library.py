@@ -34,6 +34,7 @@ _EXPORTS: dict[str, str] = {
     "run_session": "dpaudit.session",
     "terminal_bars": "dpaudit.cli.bars",
     "validate_results": "dpaudit.schemas",
+    "verify_result": "dpaudit.audit",
     "verify_run": "dpaudit.audit",
     "write_junit": "dpaudit.cli.junit",
     "write_profile_figure": "dpaudit.report.profile_plots",
@@ -59,6 +60,7 @@ __all__ = [
     "run_session",
     "terminal_bars",
     "validate_results",
+    "verify_result",
     "verify_run",
     "write_junit",
     "write_profile_figure",
@@ -69,7 +71,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 if TYPE_CHECKING:  # the names as static type checkers should see them
     from dpaudit.accounting.composition import compare, format_markdown
     from dpaudit.accounting.statement import account_dpsgd, account_equation, json_finite
-    from dpaudit.audit import default_run_dir, plan_from_file, verify_run
+    from dpaudit.audit import default_run_dir, plan_from_file, verify_result, verify_run
     from dpaudit.bounds import EpsilonBound
     from dpaudit.card import card_for_run
     from dpaudit.cli.bars import terminal_bars

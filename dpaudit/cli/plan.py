@@ -254,10 +254,16 @@ def _print_file_plan(planned: FilePlan) -> None:
     source = "the file's" if planned.confidence_source == "file" else "given"
     counts = ", ".join(f"{k} {n}" for k, n in planned.comparisons.items())
     total = sum(planned.comparisons.values())
+    shared = (
+        f"at most {total} comparisons ({counts}): planned conservatively, as "
+        f"{', '.join(planned.comparisons_maximum)} counts from what a run stores"
+        if planned.comparisons_maximum
+        else f"{total} comparisons ({counts})"
+    )
     out(
         f"Planned at {planned.level_each:.6g}, the confidence level of each bound in the "
         f"verdict of {planned.file}: confidence level {planned.confidence_level:g} ({source}) "
-        f"shared over {total} comparisons ({counts})."
+        f"shared over {shared}."
     )
     if planned.claim is not None:
         stated = ", ".join(f"{k} = {v:g}" for k, v in planned.claim.items())

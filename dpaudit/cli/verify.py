@@ -17,10 +17,13 @@ def verify_command(
     """Recompute every bound from the stored units and check results.json (exit 0 it
     matches, 1 it does not, 2 nothing to verify)."""
     with user_code():
-        problems = lib.verify_run(run_dir)
-    if problems:
-        for line in problems:
+        verified = lib.verify_result(run_dir)
+    if not verified.matches:
+        for line in verified.problems:
             say(f"MISMATCH {line}")
-        say(f"{run_dir}: results.json does NOT match its stored units ({len(problems)} problems)")
+        say(
+            f"{run_dir}: results.json does NOT match its stored units "
+            f"({len(verified.problems)} problems)"
+        )
         raise typer.Exit(EXIT_CHECK_FAILED)
     out(f"{run_dir}: results.json matches its stored units")

@@ -33,6 +33,7 @@ from dpaudit.dpsgd import language, sequential, setup, summary, units
 from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec
 from dpaudit.errors import ConfigError
 from dpaudit.kinds.base import (
+    NO_UNITS,
     AuditKind,
     KindSummary,
     Outputs,
@@ -113,6 +114,14 @@ class DpsgdKind(AuditKind[DpsgdSection]):
             return sequential.COMPARISONS
         # The same list summarise() marks as in the verdict, counted before any bound.
         return summary.count_in_verdict(section, outputs, delta=context.delta)
+
+    def planned_comparisons(self, section: DpsgdSection, context: RunContext) -> int:
+        """Exact for the language and sequential designs (counted from the table); for the
+        fixed design the most its verdict can hold (:func:`~dpaudit.dpsgd.summary.most_in_verdict`),
+        since what enters depends on what the trainer recorded."""
+        if section.language is not None or context.sequential is not None:
+            return self.comparisons(section, context, NO_UNITS)
+        return summary.most_in_verdict(section)
 
     def summarise(
         self, section: DpsgdSection, context: RunContext, outputs: Outputs, *, level: float

@@ -65,6 +65,7 @@ __all__ = [
     "checkpoint_views",
     "count_in_verdict",
     "in_verdict",
+    "most_in_verdict",
     "read_units",
     "summarise",
 ]
@@ -77,6 +78,9 @@ _NOT_DPSGD = (
     "plain",
     "gradient-laplace",
 )
+#: The grey-box tests that can fail by chance, so take a share when evaluated
+#: (:attr:`dpaudit.bounds.greybox.GreyBoxTest.chance`); clipping and steps are deterministic.
+_CHANCE_GREYBOX = ("greybox_batch_sizes", "greybox_noise")
 #: The names :func:`in_verdict` gives the many-run and one-run comparisons.
 _MANY_EPSILON, _MANY_MU = "many-run epsilon", "many-run mu"
 #: The many-run scores held against the accountant's own trade-off curve of what ran.
@@ -222,6 +226,30 @@ def count_in_verdict(s: DpsgdSection, outputs: Outputs, *, delta: float) -> int:
     return sum(
         len(in_verdict(read_units(s, view, delta=delta))) for _, view in checkpoint_views(outputs)
     )
+
+
+def most_in_verdict(s: DpsgdSection) -> int:
+    """The most comparisons and checks :func:`in_verdict` can list for this table, from the
+    table alone (no unit read): an upper bound on :func:`count_in_verdict` of any run of it.
+
+    Per released model (one per checkpoint of ``checkpoint = [t₁, ...]``, else one):
+
+    - many-run (``trials`` > 0): the ε and the μ bound against what ran (each only when
+      that upper bound is finite, and neither when the models are too few for a canary
+      bound beside a stated claim), and the claim curve (only when the units carry
+      records with σ > 0): at most 3;
+    - one run (``[dpsgd.one_run]``): 1, its ε and μ bounds sharing it;
+    - grey-box p-value tests of the many-run units (batch sizes and noise, the two that
+      can fail by chance), each only when evaluated: at most 2, none for the built-in
+      trainers that run no DP-SGD (they report no observations, and their tests are left
+      out); the engine's trainers and user trainers may report them.
+
+    The claim-vs-records check is deterministic and takes no share.
+    """
+    many = 3 if s.trials > 0 else 0
+    one = 1 if s.one_run is not None else 0
+    greybox = len(_CHANCE_GREYBOX) if s.trials > 0 and s.trainer not in _NOT_DPSGD else 0
+    return (many + one + greybox) * len(s.checkpoints or (None,))
 
 
 def summarise(

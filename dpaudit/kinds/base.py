@@ -14,7 +14,9 @@ handle this?" before it does anything:
 3. ``comparisons(section, context, outputs)``: how many lower-vs-upper comparisons the kind
    will put into the verdict, once its units are stored and before any bound is computed,
    so that the audit allocates ONE failure budget 1 − c over every comparison of every
-   kind (:class:`VerdictBudget`).
+   kind (:class:`VerdictBudget`). ``planned_comparisons(section, context)`` counts them
+   from the file alone, before any unit exists (``dpaudit plan FILE``): the exact count
+   when ``comparisons`` reads no unit, else the most the verdict can hold.
 4. ``summarise(section, context, outputs, level=...)``: stored raw outputs (scores, counts,
    records) → tests and comparisons; every in-verdict bound at ``level``.
 
@@ -28,7 +30,7 @@ import hashlib
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
@@ -212,6 +214,32 @@ class VerdictBudget:
         return 1.0 - (1.0 - self.confidence_level) / max(self.comparisons, 1)
 
 
+class UnitsNeeded(Exception):
+    """A kind read its stored units to count its comparisons, and there are none yet
+    (:data:`NO_UNITS`)."""
+
+
+class NoUnits(Mapping[str, Mapping[str, np.ndarray]]):
+    """Stored outputs that do not exist yet: a kind that counts its in-verdict comparisons
+    from the file alone never reads them; one that reads them raises :class:`UnitsNeeded`."""
+
+    def __getitem__(self, unit: str) -> Mapping[str, np.ndarray]:
+        raise UnitsNeeded
+
+    def __iter__(self) -> Iterator[str]:
+        raise UnitsNeeded
+
+    def __len__(self) -> int:
+        raise UnitsNeeded
+
+    def __contains__(self, unit: object) -> bool:
+        raise UnitsNeeded
+
+
+#: The outputs a kind's ``comparisons`` receives when it is asked before any unit exists.
+NO_UNITS = NoUnits()
+
+
 class AuditKind(ABC, Generic[S]):
     """One audit kind: its table schema, its units and its summary.
 
@@ -243,6 +271,22 @@ class AuditKind(ABC, Generic[S]):
     @abstractmethod
     def comparisons(self, section: S, context: RunContext, outputs: Outputs) -> int:
         """How many comparisons this kind puts into the verdict (given its stored units)."""
+
+    def planned_comparisons(self, section: S, context: RunContext) -> int:
+        """The most comparisons (and checks that spend a share) this kind's verdict can
+        hold, counted from its table alone, before any unit exists (``dpaudit plan FILE``).
+
+        A plan made at 1 − (1 − c)/k_max with this k_max is conservative: the run's own
+        k is at most k_max, so its per-bound level is at most the planned one, and the
+        planned trials are never fewer than it needs. By default it is ``comparisons``
+        asked with no units (:data:`NO_UNITS`), exact for a kind that counts from its table;
+        a kind that counts from what its units stored (what a run recorded) overrides it
+        with the maximum of the rules its ``comparisons`` applies.
+
+        Raises:
+            UnitsNeeded: the kind counts from its stored units and does not override this.
+        """
+        return self.comparisons(section, context, NO_UNITS)
 
     @abstractmethod
     def summarise(

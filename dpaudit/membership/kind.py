@@ -223,6 +223,24 @@ class MembershipKind(AuditKind[MembershipSection]):
     def comparisons(self, section: MembershipSection, context: RunContext, outputs: Outputs) -> int:
         return sum(e.in_verdict for e in verdict.entries(section, context, outputs))
 
+    def planned_comparisons(self, section: MembershipSection, context: RunContext) -> int:
+        """The most one-run bounds the verdict can hold, from the tables alone.
+
+        The rules of :func:`dpaudit.membership.verdict.entries`: an (target, attack) enters
+        when its attack is shown (every attack, or only ``headline``) and its target is held
+        against an upper bound (its stored DP-SGD record, or an input-perturbation claim
+        valid at the audit's δ). A brought target is never held: 0. An own ``plain`` target
+        stores neither record nor claim; every other target (``dp``, ``input-perturbation``,
+        each point of a sweep) may be held: each counts its shown attacks.
+        """
+        sh = context.shared
+        if sh.target.brought:
+            return 0  # dpaudit does not know how a brought target was trained
+        shown = sum(section.headline in (None, a) for a in section.attacks)
+        if section.sweep is not None:
+            return shown * len(self.plan(section, context).units)
+        return shown * sum(v != "plain" for v in variants(sh.target, sh.training))
+
     def summarise(
         self, section: MembershipSection, context: RunContext, outputs: Outputs, *, level: float
     ) -> KindSummary:
