@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jsonschema
 
@@ -41,6 +41,7 @@ __all__ = [
     "CARD_SCHEMA_VERSION",
     "MODEL_CARD_NAME",
     "REGISTRY_NAME",
+    "CardFiles",
     "build_card",
     "card_for_run",
     "card_metadata",
@@ -615,13 +616,20 @@ def render_model_card(card: Mapping[str, Any]) -> str:
 # ------------------------------------------------------------------------------ files
 
 
-def write_card(results: Mapping[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
+class CardFiles(NamedTuple):
+    """The files a card is: the model card and the registry record."""
+
+    model_card: Path
+    registry: Path
+
+
+def write_card(results: Mapping[str, Any], out_dir: str | Path) -> CardFiles:
     """Write ``model-card.md`` and ``privacy-registry.json`` for ``results`` into
     ``out_dir`` (created if needed), each atomically. No verification: see
     :func:`card_for_run`.
 
     Returns:
-        The paths of the model card and of the registry record.
+        The paths of the model card and of the registry record (:class:`CardFiles`).
 
     Raises:
         DataError: the card does not fit its schema (a results dict it cannot describe).
@@ -637,10 +645,10 @@ def write_card(results: Mapping[str, Any], out_dir: str | Path) -> tuple[Path, P
         atomic_write_text(model_card, render_model_card(card))
     except OSError as exc:
         raise DataError(f"{exc.filename or out}: cannot write the card: {exc.strerror}") from None
-    return model_card, registry
+    return CardFiles(model_card, registry)
 
 
-def card_for_run(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:
+def card_for_run(run_dir: str | Path, out_dir: str | Path | None = None) -> CardFiles:
     """Verify a finished run, then write its card (``dpaudit card RUN_DIR``).
 
     The run is verified as ``dpaudit verify`` does (:func:`dpaudit.audit.verify_run`):
@@ -652,7 +660,7 @@ def card_for_run(run_dir: str | Path, out_dir: str | Path | None = None) -> tupl
         out_dir: Where to write (default: ``run_dir``).
 
     Returns:
-        The paths of the model card and of the registry record.
+        The paths of the model card and of the registry record (:class:`CardFiles`).
 
     Raises:
         DpauditError: no readable results.json, or one that does not fit its schema, or

@@ -15,6 +15,7 @@ import hashlib
 import json
 import tomllib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
@@ -23,7 +24,7 @@ from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 from dpaudit.errors import ConfigError, not_a_regular_file
 from dpaudit.kinds import get_kind, kind_names
 from dpaudit.kinds.base import RunContext, SequentialSettings, SharedTables
-from dpaudit.plugins import NamesCode, safe_mode_active
+from dpaudit.plugins import NamesCode, safe_mode, safe_mode_active
 from dpaudit.sections import (
     TARGET_FORMATS,
     AuditSection,
@@ -42,6 +43,7 @@ from dpaudit.sections import (
 __all__ = [
     "TARGET_FORMATS",
     "AuditConfig",
+    "Validation",
     "check_runnable",
     "check_safe",
     "code_references",
@@ -51,6 +53,7 @@ __all__ = [
     "run_context",
     "target_format_from_suffix",
     "unsafe_references",
+    "validate_file",
 ]
 
 
@@ -417,3 +420,55 @@ def load_config_text(
     if safe_mode_active():
         check_safe(config)
     return config
+
+
+@dataclass(frozen=True)
+class Validation:
+    """What ``dpaudit validate FILE`` found in a valid file (an invalid one raises).
+
+    Attributes:
+        file: the audit file; kinds: its kinds; config_hash: its configuration's hash.
+        safe: whether it was checked in safe mode (no user code imported or opened).
+        size_notes: each kind's notes on how large its work is.
+    """
+
+    file: Path
+    kinds: tuple[str, ...]
+    config_hash: str
+    safe: bool
+    size_notes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": str(self.file),
+            "kinds": list(self.kinds),
+            "config_hash": self.config_hash,
+            "safe": self.safe,
+            "size_notes": list(self.size_notes),
+        }
+
+
+def validate_file(file: str | Path, *, safe: bool = False) -> Validation:
+    """Check an audit file as ``dpaudit run`` does before any work, without running it:
+    it loads, and (outside safe mode) its plug-ins import and its data and models load.
+
+    Args:
+        file: the audit file.
+        safe: safe mode (``DPAUDIT_NO_PLUGINS=1`` turns it on too): nothing the file names
+            is imported or opened, and what would be is refused.
+
+    Raises:
+        DpauditError: the file is not a valid, runnable audit.
+    """
+    safe = safe or safe_mode_active()
+    with safe_mode(safe):
+        config = load_config(file)
+        if not safe:
+            check_runnable(config)
+    return Validation(
+        Path(file),
+        tuple(config.audit.kinds),
+        config.config_hash(),
+        safe,
+        tuple(size_notes(config)),
+    )

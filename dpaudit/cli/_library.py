@@ -27,13 +27,12 @@ _EXPORTS: dict[str, str] = {
     "json_finite": "dpaudit.accounting.statement",
     "plan_from_file": "dpaudit.audit",
     "plan_one_run": "dpaudit.planning",
-    "plan_sequential": "dpaudit.sequential",
+    "plan_sequential_beside_fixed": "dpaudit.sequential",
     "plan_sequential_curve": "dpaudit.sequential.curve",
     "plan_trials": "dpaudit.planning",
-    "render_report": "dpaudit.report",
+    "render_report_file": "dpaudit.report",
     "run_session": "dpaudit.session",
     "terminal_bars": "dpaudit.cli.bars",
-    "validate_results": "dpaudit.schemas",
     "verify_result": "dpaudit.audit",
     "verify_run": "dpaudit.audit",
     "write_junit": "dpaudit.cli.junit",
@@ -53,13 +52,12 @@ __all__ = [
     "json_finite",
     "plan_from_file",
     "plan_one_run",
-    "plan_sequential",
+    "plan_sequential_beside_fixed",
     "plan_sequential_curve",
     "plan_trials",
-    "render_report",
+    "render_report_file",
     "run_session",
     "terminal_bars",
-    "validate_results",
     "verify_result",
     "verify_run",
     "write_junit",
@@ -77,9 +75,8 @@ if TYPE_CHECKING:  # the names as static type checkers should see them
     from dpaudit.cli.bars import terminal_bars
     from dpaudit.cli.junit import check_junit_path, write_junit
     from dpaudit.planning import ideal_guess_accuracy, plan_one_run, plan_trials
-    from dpaudit.report import render_report
+    from dpaudit.report import render_report_file
     from dpaudit.report.profile_plots import write_profile_figure
-    from dpaudit.schemas import validate_results
-    from dpaudit.sequential import plan_sequential
+    from dpaudit.sequential import plan_sequential_beside_fixed
     from dpaudit.sequential.curve import plan_sequential_curve
     from dpaudit.session import run_session

@@ -346,7 +346,7 @@ def _sequential(
     law: Literal["laplace", "gaussian"] = "laplace" if mechanism_epsilon is not None else "gaussian"
     true_value = mechanism_epsilon if mechanism_epsilon is not None else mechanism_mu
     try:
-        plan = lib.plan_sequential(
+        beside = lib.plan_sequential_beside_fixed(
             law=law,
             true_value=float(true_value),  # type: ignore[arg-type]  # one is given, above
             parameter=parameter,  # type: ignore[arg-type]  # checked by SequentialRule
@@ -359,24 +359,11 @@ def _sequential(
             repeats=repeats,
             seed=seed,
         )
-        # The fixed split plan for the same goal, beside: what stopping early saves.
-        fixed: int | str
-        try:
-            fixed = lib.plan_trials(
-                target if target > 0 else claim,  # type: ignore[arg-type]  # one is given
-                delta,
-                confidence_level,
-                tradeoff=law,
-                mechanism_epsilon=mechanism_epsilon,
-                mechanism_mu=mechanism_mu,
-                parameter=parameter,  # type: ignore[arg-type]
-            ).trials_per_arm
-        except DpauditError as exc:
-            fixed = f"none ({exc})"
     except DpauditError as exc:
         raise fail(str(exc)) from None
+    plan, fixed = beside.plan, beside.fixed_trials_per_arm
     if as_json:
-        console.print_json(json.dumps({**plan.to_dict(), "fixed_plan_trials_per_arm": fixed}))
+        console.print_json(json.dumps(beside.to_dict()))
         return
     console.print(
         f"sequential ({law}, true {parameter} {plan.true_value:g}, rounds of {round_trials}, "

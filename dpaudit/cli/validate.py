@@ -8,8 +8,7 @@ from typing import Annotated
 import typer
 
 from dpaudit.cli._common import NO_PLUGINS, out, user_code
-from dpaudit.config import check_runnable, load_config, size_notes
-from dpaudit.plugins import safe_mode, safe_mode_active
+from dpaudit.config import validate_file
 
 
 def validate_command(
@@ -22,14 +21,9 @@ def validate_command(
     models load. With ``--no-plugins`` it imports and opens nothing the file names and
     refuses plug-ins and paths outside the file's folder.
     """
-    no_plugins = no_plugins or safe_mode_active()
-    with user_code(), safe_mode(no_plugins):
-        config = load_config(file)
-        if not no_plugins:
-            check_runnable(config)
-    for line in size_notes(config):
+    with user_code():
+        checked = validate_file(file, safe=no_plugins)
+    for line in checked.size_notes:
         out(line)
-    mode = "; safe mode: no user code imported" if no_plugins else ""
-    out(
-        f"{file}: valid ({', '.join(config.audit.kinds)}; config hash {config.config_hash()}{mode})"
-    )
+    mode = "; safe mode: no user code imported" if checked.safe else ""
+    out(f"{file}: valid ({', '.join(checked.kinds)}; config hash {checked.config_hash}{mode})")

@@ -9,21 +9,26 @@ and not a single ``http://`` or ``https://`` in it. Every user-supplied string i
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 import jinja2
 from markupsafe import Markup
 
+from dpaudit.errors import DpauditError
 from dpaudit.report import plots
 from dpaudit.report.answers import mechanism_answers
 from dpaudit.report.local_central_plots import local_central_section
 from dpaudit.report.reconstruction_plots import reconstruction_section
 from dpaudit.report.sweep_plots import sweep_section
 from dpaudit.safe_text import for_html
+from dpaudit.schemas import validate_results
+from dpaudit.store import atomic_write_text
 
-__all__ = ["render_report"]
+__all__ = ["render_report", "render_report_file"]
 
 #: Short readings of the validity labels, for the bounds table (the full meaning is in
 #: each bound's ``validity_meaning``).
@@ -580,3 +585,35 @@ def _verdict_level(results: dict[str, Any]) -> float | None:
 def _safe(svg: str | None) -> Markup | None:
     # The SVG comes from matplotlib, which escapes every text it writes.
     return None if svg is None else Markup(svg)
+
+
+def render_report_file(run_dir: str | Path) -> Path:
+    """Render ``RUN_DIR/report.html`` again from ``RUN_DIR/results.json`` (``dpaudit
+    report RUN_DIR``): the file is read, checked against its schema and rendered.
+
+    Returns:
+        The report written.
+
+    Raises:
+        DpauditError: no results.json there, or one that is not readable JSON, not an
+            object, or does not fit its schema.
+    """
+    run = Path(run_dir)
+    path = run / "results.json"
+    if not path.is_file():
+        raise DpauditError(
+            f"no results.json in {str(run_dir)!r}; run `dpaudit run FILE -o DIR` first"
+        )
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DpauditError(f"{path}: not readable JSON: {exc}") from None
+    if not isinstance(results, dict):
+        raise DpauditError(f"{path}: not a results object (a JSON object is expected)")
+    try:
+        validate_results(results)
+    except DpauditError as exc:
+        raise DpauditError(f"{path}: {exc}") from None
+    written = run / "report.html"
+    atomic_write_text(written, render_report(results))
+    return written

@@ -66,6 +66,7 @@ from scipy import special
 
 from dpaudit.bounds import EpsilonBound, MuBound, epsilon_from_rates, mu_from_rates
 from dpaudit.errors import DpauditError, check_choice, check_in_interval, check_integer
+from dpaudit.planning import plan_trials
 from dpaudit.stats import ConfidenceInterval, clopper_pearson_upper
 from dpaudit.tradeoff import TradeoffCurve
 
@@ -79,6 +80,7 @@ __all__ = [
     "RoundsOutcome",
     "RoundsRunner",
     "SequentialPlan",
+    "SequentialPlanBeside",
     "SequentialRule",
     "SequentialTest",
     "TargetTest",
@@ -89,6 +91,7 @@ __all__ = [
     "null_line",
     "outcome_bound",
     "plan_sequential",
+    "plan_sequential_beside_fixed",
     "rate_upper_limit",
     "round_trials_at",
     "rounds_to_reach",
@@ -1139,3 +1142,73 @@ def outcome_bound(result: RoundsOutcome, parameter: str, *, delta: float) -> Any
 
 #: The method label of a sequential bound.
 SEQUENTIAL_METHOD = "beta-binomial-mixture-cs"
+
+
+@dataclass(frozen=True)
+class SequentialPlanBeside:
+    """A sequential plan and the fixed design's plan for the same goal, beside it (what
+    stopping early saves: ``dpaudit plan --sequential``).
+
+    Attributes:
+        plan: the sequential design's simulated cost (:func:`plan_sequential`).
+        fixed_trials_per_arm: the fixed split design's trials per arm for the same goal
+            (:func:`dpaudit.planning.plan_trials`), or ``"none (why)"`` when no fixed
+            design certifies it.
+    """
+
+    plan: SequentialPlan
+    fixed_trials_per_arm: int | str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.plan.to_dict(), "fixed_plan_trials_per_arm": self.fixed_trials_per_arm}
+
+
+def plan_sequential_beside_fixed(
+    *,
+    law: Literal["laplace", "gaussian"],
+    true_value: float,
+    parameter: Parameter,
+    target: float | None,
+    upper: float | None,
+    delta: float = 0.0,
+    level: float = 0.95,
+    round_trials: int = 100,
+    max_trials: int = 100_000,
+    repeats: int = 200,
+    seed: int = 0,
+) -> SequentialPlanBeside:
+    """:func:`plan_sequential`, and the fixed plan for the same goal (``target``, else the
+    ``upper`` bound to refute) on the same mechanism law.
+
+    Raises:
+        DpauditError: as :func:`plan_sequential`.
+    """
+    plan = plan_sequential(
+        law=law,
+        true_value=true_value,
+        parameter=parameter,
+        target=target,
+        upper=upper,
+        delta=delta,
+        level=level,
+        round_trials=round_trials,
+        max_trials=max_trials,
+        repeats=repeats,
+        seed=seed,
+    )
+    goal = target if target is not None else upper
+    assert goal is not None  # plan_sequential refuses neither
+    fixed: int | str
+    try:
+        fixed = plan_trials(
+            goal,
+            delta,
+            level,
+            tradeoff=law,
+            mechanism_epsilon=true_value if law == "laplace" else None,
+            mechanism_mu=true_value if law == "gaussian" else None,
+            parameter=parameter,
+        ).trials_per_arm
+    except DpauditError as exc:
+        fixed = f"none ({exc})"
+    return SequentialPlanBeside(plan, fixed)
