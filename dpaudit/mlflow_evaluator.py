@@ -92,7 +92,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without MLflow
     ) from exc
 
 from dpaudit.errors import ConfigError, DataError
-from dpaudit.notebook import ModelAuditSettings, write_model_audit
+from dpaudit.notebook import ModelAuditSettings, as_features, is_estimator, write_model_audit
 from dpaudit.plugins import NO_PLUGINS_ENV, safe_mode_active
 
 __all__ = ["DpauditEvaluator", "EvaluatorConfig", "metrics_from_results"]
@@ -538,7 +538,7 @@ class DpauditEvaluator(ModelEvaluator):
             # only by the session's watched child.
             audit_file = write_model_audit(
                 raw,
-                _numeric_features(X),
+                as_features(X, "The audited features"),
                 labels,
                 member,
                 folder,
@@ -642,27 +642,10 @@ def _header(run_id: str | None) -> str:
 
 
 def _is_model_object(raw: Any) -> bool:
-    """A scikit-learn estimator (``predict_proba`` and ``get_params``) or a torch module:
-    what a brought-model audit loads, clones and retrains like ``dpaudit run``."""
-    if hasattr(raw, "predict_proba") and hasattr(raw, "get_params"):
-        return True
+    """A scikit-learn estimator or a torch module: what a brought-model audit loads,
+    clones and retrains like ``dpaudit run``."""
     torch = sys.modules.get("torch")  # a torch module exists only once torch is imported
-    return torch is not None and isinstance(raw, torch.nn.Module)
-
-
-def _numeric_features(X: Any) -> np.ndarray:
-    """The audited rows' features as the float matrix a brought model's audit reads."""
-    values = X.to_numpy() if hasattr(X, "to_numpy") else X
-    try:
-        array = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise DataError(
-            "The dpaudit evaluator audits a scikit-learn or torch model on numeric feature "
-            "columns; data holds a column that is not numeric."
-        ) from None
-    if array.ndim != 2:
-        raise DataError(f"The audited features must be a table of rows. Got shape {array.shape}.")
-    return array
+    return is_estimator(raw) or (torch is not None and isinstance(raw, torch.nn.Module))
 
 
 def _card_files(run_dir: Path) -> list[Path]:

@@ -32,7 +32,15 @@ import numpy as np
 from dpaudit.errors import DataError
 from dpaudit.results import AuditResult
 
-__all__ = ["NotebookResult", "audit_model", "show"]
+__all__ = [
+    "ModelAuditSettings",
+    "NotebookResult",
+    "as_features",
+    "audit_model",
+    "is_estimator",
+    "show",
+    "write_model_audit",
+]
 
 
 @dataclass(frozen=True)
@@ -139,7 +147,8 @@ def _toml(tables: Mapping[str, Mapping[str, Any]], *, header: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _as_features(X: Any, what: str) -> np.ndarray:
+def as_features(X: Any, what: str) -> np.ndarray:
+    """``X`` as the float matrix a brought model's audit reads (numeric, 2-D, finite)."""
     try:
         array = np.asarray(X, dtype=np.float64)
     except (TypeError, ValueError):
@@ -158,7 +167,8 @@ def _as_labels(y: Any, n: int, what: str) -> np.ndarray:
     return labels
 
 
-def _is_estimator(model: Any) -> bool:
+def is_estimator(model: Any) -> bool:
+    """A scikit-learn estimator (``predict_proba`` and ``get_params``): clones fit like it."""
     return hasattr(model, "predict_proba") and hasattr(model, "get_params")
 
 
@@ -236,7 +246,7 @@ def write_model_audit(
             "membership": "member",
             "membership_by_coin": s.membership_by_coin,
             "output": s.output,
-            "references": s.references or ("clone" if _is_estimator(model) else "recipe"),
+            "references": s.references or ("clone" if is_estimator(model) else "recipe"),
         },
         # What is not given (None, which _toml leaves out) takes the tables' defaults: the
         # same attacks, reference models and gate as `dpaudit run` on the same model and data.
@@ -324,8 +334,8 @@ def audit_model(
 
     if output_dir is not None:  # before any check that can fail: no earlier pass survives
         clear_previous(Path(output_dir).resolve())
-    train = _as_features(X_train, "X_train")
-    test = _as_features(X_test, "X_test")
+    train = as_features(X_train, "X_train")
+    test = as_features(X_test, "X_test")
     if train.shape[1] != test.shape[1]:
         raise DataError(
             f"X_train and X_test must have the same columns. Got {train.shape[1]} and "
