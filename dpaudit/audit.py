@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from dpaudit._version import __version__
 from dpaudit.config import (
@@ -249,9 +250,15 @@ def _result(
     started: datetime,
     t0: float,
 ) -> AuditResult:
-    """Steps 2–4 of :func:`run_audit`: the stored units → the budget → bounds → gate."""
-    budget, counts = _allocate_budget(config, stored)
-    summaries = _summarise(config, stored, budget, counts)
+    """Steps 2–4 of :func:`run_audit`: the stored units → the budget → bounds → gate.
+
+    BLAS and OpenMP run one thread here: a value fitted from the units (a learned score)
+    changes in its last bits with the number of threads that summed it, and ``dpaudit
+    verify`` must recompute the same bounds on any machine.
+    """
+    with threadpool_limits(limits=1):
+        budget, counts = _allocate_budget(config, stored)
+        summaries = _summarise(config, stored, budget, counts)
     tests = tuple(t for s in summaries for t in s.tests)
     comparisons = tuple(c for s in summaries for c in s.comparisons)
     attribute = tuple(a for s in summaries for a in s.attribute)

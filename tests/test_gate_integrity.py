@@ -723,3 +723,23 @@ def test_a_plug_in_never_runs_another_folders_module_of_the_same_name(tmp_path: 
     assert f"for the module '{module}', not the file next to the audit file" in line
     assert str(tmp_path / "b" / f"{module}.py") in line
     assert run("c").exit_code == 0  # the same bytes in another folder: the same code
+
+
+def test_verify_with_another_thread_count_accepts_a_learned_score_run(tmp_path: Path) -> None:
+    """A learned score fitted with 1 BLAS thread and recomputed with 8 differed in its last
+    bits, and `dpaudit verify` refused a correct run (seen on a machine with more cores).
+    The bounds are computed on one thread, so the thread count the reader has is moot."""
+    from threadpoolctl import threadpool_limits
+
+    audit = _plugin(tmp_path, "")
+    audit.write_text(audit.read_text().replace("trials = 2000", "trials = 40000"))
+    run_dir = tmp_path / "run"
+    with threadpool_limits(limits=1):
+        result = run_audit(audit, output_dir=run_dir)
+    assert result.tests[0].to_dict()["score"]["chosen"] == "learned (logistic)"
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "8", "OMP_NUM_THREADS": "8"}
+    done = subprocess.run(
+        [DPAUDIT, "verify", str(run_dir)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == f"{run_dir}: results.json matches its stored units"

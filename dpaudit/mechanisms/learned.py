@@ -47,6 +47,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.preprocessing import SplineTransformer
+from threadpoolctl import ThreadpoolController
 
 from dpaudit.errors import DpauditError, check_choice
 from dpaudit.mechanisms.schema import LEARNERS
@@ -90,7 +91,8 @@ class LearnedScore:
     warnings: tuple[str, ...] = ()
 
     def __call__(self, outputs: np.ndarray) -> np.ndarray:
-        return np.asarray(self.scorer(_rows(outputs)), dtype=float).reshape(-1)
+        with one_thread():
+            return np.asarray(self.scorer(_rows(outputs)), dtype=float).reshape(-1)
 
     def describe(self) -> dict[str, Any]:
         """The ``learned`` details of a bound: which classifier, fitted how."""
@@ -101,6 +103,23 @@ class LearnedScore:
             "direction": "learned on the fitting trials, never assumed",
             "model": self.model,
         }
+
+
+_controller: list[ThreadpoolController] = []
+
+
+def one_thread() -> Any:
+    """A context in which BLAS and OpenMP run one thread each.
+
+    A fitted score's last bits depend on how many threads summed its products (a sum's
+    order), and a count at a threshold can turn on the last bit: fitting and scoring on
+    one thread make the score, and so the bound, the same on every machine and under any
+    ``OMP_NUM_THREADS``, which ``dpaudit verify`` relies on. The controller is made once
+    (finding the loaded thread pools takes milliseconds; using it, microseconds).
+    """
+    if not _controller:
+        _controller.append(ThreadpoolController())
+    return _controller[0].limit(limits=1)
 
 
 def _rows(outputs: Any) -> np.ndarray:
@@ -144,7 +163,8 @@ def fit_score(
         "knn": _fit_knn,
         "counts": _fit_counts,
     }
-    scorer, model, notes = fitters[chosen](neg, pos, seed=seed)
+    with one_thread():
+        scorer, model, notes = fitters[chosen](neg, pos, seed=seed)
     return LearnedScore(chosen, learner, neg.shape[0], pos.shape[0], scorer, model, notes)
 
 
