@@ -149,6 +149,13 @@ BUGS: tuple[BugClass, ...] = (
         fixed_min=2_000,
     ),
     BugClass(
+        "dpsgd-per-layer",
+        "dpsgd-per-layer-buggy",
+        "dpsgd-per-layer-fixed",
+        "per-tensor clipping, noise made for one tensor",
+        fixed_min=2_000,
+    ),
+    BugClass(
         "float-laplace",
         "float-laplace-buggy",
         "float-laplace-fixed",

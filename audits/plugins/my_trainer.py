@@ -13,16 +13,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import torch
+
 from dpaudit.training import GradientCanary, train_many
 
 
 def noisy_gradient_descent(X, y, membership, *, seed, canary, settings):
-    """Full-batch DP-GD on the engine; white-box score = Σ_t ⟨privatised gradient, e⟩."""
+    """Full-batch DP-GD on the engine; white-box score = Σ_t ⟨privatised gradient, u⟩.
+
+    u = ``canary.direction`` (unit norm): by default it has a part in every parameter
+    tensor, so the score sees the whole clipped canary, whatever the clipping.
+    """
     sums = [0.0] * membership.shape[0]
-    column = int(canary.direction.nonzero()[0][0])
+    u = torch.as_tensor(canary.direction, dtype=torch.float64)
 
     def observe(info):
-        values = info.gradients[:, column].tolist()
+        values = (info.gradients.double() @ u).tolist()
         for i, k in enumerate(info.model_indices.tolist()):
             if bool(info.active[i]):
                 sums[k - settings.model_offset] += values[i]

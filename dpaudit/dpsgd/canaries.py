@@ -22,6 +22,15 @@ canary in (Nasr et al. 2023, §3). Its coordinate is best one that no real examp
 gradient touches: then the update's projection on it is exactly canary + noise and the
 score is the likelihood-ratio statistic of the Gaussian test (see :func:`dirac_direction`).
 
+A Dirac canary lies inside ONE parameter tensor, so it cannot see a trainer that clips
+each tensor (layer) to C on its own and calibrates the noise for one tensor, not for the
+whole per-example norm C·√G of G tensors. The ``every-group`` direction
+(:func:`every_group_direction`) has a unit component in every tensor (unit norm overall):
+a trainer that clips it as one more example's gradient clips every tensor's part to its
+bound, and the projection of the privatised sum on it is the clipped canary's whole norm
+plus noise, so the group-wise bug shows up as a shift √G times the one the noise is made
+for.
+
 The black-box ``gradient`` canary is the same Dirac gradient, added at every step in which
 the canary's Poisson coin comes up, but only the final model is seen (the hidden-state
 threat model): its score is the final model's parameter on the canary's coordinate
@@ -40,6 +49,7 @@ import numpy as np
 from dpaudit.errors import DataError, DpauditError, check_choice, check_integer
 
 __all__ = [
+    "CANARY_DIRECTIONS",
     "CANARY_KINDS",
     "CRAFTED_VALUE",
     "GRADIENT_CANARY_KINDS",
@@ -52,6 +62,7 @@ __all__ = [
     "crafted_clipped_weight",
     "crafted_score_moments",
     "dirac_direction",
+    "every_group_direction",
     "gradient_canary_scores",
     "input_canary",
     "mislabeled_canary",
@@ -66,6 +77,9 @@ CANARY_KINDS: tuple[str, ...] = ("mislabeled", "ood", "clipbkd", "crafted", "dir
 #: Gradient canaries: a vector in parameter space, not a row (white-box and black-box).
 GRADIENT_CANARY_KINDS: tuple[str, ...] = ("dirac", "gradient")
 INPUT_CANARY_KINDS: tuple[str, ...] = ("mislabeled", "ood", "clipbkd", "crafted")
+#: ``[dpsgd] canary_direction``: ``auto`` resolves to one of the other two
+#: (:func:`dpaudit.dpsgd.setup.resolve_canary_direction`).
+CANARY_DIRECTIONS: tuple[str, ...] = ("auto", "every-group", "one-coordinate")
 #: The crafted canary's value on its feature: its gradient (e_decoy − e_label) ⊗ (x, 1)
 #: has norm √2·√(v² + 1), so any C up to 1414 clips it, and its bias entries are a
 #: fraction 1/√(v² + 1) < 1e-3 of it.
@@ -207,6 +221,57 @@ def dirac_direction(num_parameters: int, index: int) -> np.ndarray:
     e = np.zeros(size)
     e[check_integer("index", index, low=0, high=size - 1)] = 1.0
     return e
+
+
+def every_group_direction(shapes: list[tuple[int, int]]) -> np.ndarray:
+    """A unit gradient canary with an equal part (norm 1/√G) in each of the G tensors.
+
+    The layout is :meth:`dpaudit.models.ModelStack.flat_parameters` for the linear layers
+    ``shapes`` (``(out, in)``, input to output): weight ``(out, in)`` row-major, then bias
+    ``(out,)``, layer after layer, so G = 2·len(shapes). Each tensor's part sits where no
+    real example's gradient reaches, when the model allows it:
+
+    * the first layer's weight: unit 0 on the last feature (the Dirac canary's
+      coordinate, :func:`dirac_direction`), all-zero in dpaudit's rows, so ∂/∂W = δ·aᵀ = 0;
+    * the output layer's weight (column 0, or the last feature for a one-layer model) and
+      bias: the all-ones vector over the classes, divided by √classes. A softmax
+      cross-entropy's output gradient p − e_y sums to 0 over the classes, so every real
+      example's gradient is orthogonal to it;
+    * a hidden layer's bias and a middle layer's weight: unit 0 (real gradients reach it;
+      they enter both arms alike, which costs power, never validity).
+
+    A trainer that clips per tensor clips each part of a large canary gradient along it,
+    so the clipped canary is C_g on every part: the projection on this direction shows the
+    whole clipped norm (Σ_g C_g/√G, = C·√G for a common C).
+
+    Args:
+        shapes: the ``(out, in)`` of every linear layer, input to output
+            (:func:`dpaudit.models.layer_shapes`).
+
+    Returns:
+        ``(P,)`` float64, unit norm.
+
+    References:
+        Nasr et al. 2023, "Tight Auditing of Differentially Private Machine Learning",
+        §3.2 (Dirac canary gradients), extended to one part per parameter tensor.
+    """
+    if not shapes:
+        raise DpauditError("A gradient canary needs at least one layer. Got no shapes.")
+    parts: list[np.ndarray] = []
+    last = len(shapes) - 1
+    for i, (out, inp) in enumerate(shapes):
+        weight = np.zeros((out, inp))
+        bias = np.zeros(out)
+        if i == last:
+            # shift invariance of the softmax: Σ_c (p_c − y_c) = 0 for every example
+            weight[:, inp - 1 if i == 0 else 0] = 1.0 / np.sqrt(out)
+            bias[:] = 1.0 / np.sqrt(out)
+        else:
+            weight[0, inp - 1 if i == 0 else 0] = 1.0
+            bias[0] = 1.0
+        parts += [weight.reshape(-1), bias]
+    direction = np.concatenate(parts) / np.sqrt(len(parts))
+    return direction
 
 
 # ------------------------------------------------------------- black-box levers (crafted)

@@ -122,6 +122,17 @@ class DpsgdSection(Table):
             ``worst-case`` (ERM trainers): the replace-one pair of unit records that moves
             the exact minimiser most, scored by the exact log-likelihood ratio of the
             released model under the mechanism's noise density (:mod:`dpaudit.theory.erm`).
+        canary_direction: where the white-box ``dirac`` canary points. ``every-group``:
+            an equal part in every parameter tensor (unit norm overall,
+            :func:`dpaudit.dpsgd.canaries.every_group_direction`), which a trainer that
+            clips tensor by tensor cannot hide a noise calibrated for one tensor from;
+            ``one-coordinate``: the one-hot Dirac canary on one first-layer weight (the
+            behaviour before ``canary_direction`` existed). ``auto`` (default): the one
+            coordinate for trainers that clip the whole per-example gradient to one norm by
+            construction (dpaudit's own and a trainer that declares ``clipping = "flat"``,
+            see :func:`dpaudit.dpsgd.setup.resolve_canary_direction`), where it is exactly
+            canary + noise; every group for any other user trainer, whose clipping
+            dpaudit cannot see. ``results.json`` says which ran and why.
         mechanism: the ERM mechanism whose density the ``worst-case`` score uses
             (``output-perturbation`` or ``multiparty``); default: the trainer's own.
         threat_model: ``black-box`` (final model's canary loss) or ``white-box`` (a
@@ -161,6 +172,7 @@ class DpsgdSection(Table):
     canary: Literal[
         "mislabeled", "ood", "clipbkd", "crafted", "dirac", "gradient", "worst-case"
     ] = "dirac"
+    canary_direction: Literal["auto", "every-group", "one-coordinate"] = "auto"
     mechanism: Literal["output-perturbation", "multiparty"] | None = None
     threat_model: Literal["black-box", "white-box"] = "white-box"
     score: Literal["likelihood-ratio", "sum"] = "likelihood-ratio"
@@ -241,7 +253,12 @@ class DpsgdSection(Table):
 
     @model_validator(mode="after")
     def _black_box_levers(self) -> DpsgdSection:
-        problem = _black_box_problem(self) or _worst_case_problem(self) or _gradient_problem(self)
+        problem = (
+            _black_box_problem(self)
+            or _worst_case_problem(self)
+            or _gradient_problem(self)
+            or _direction_problem(self)
+        )
         if problem is not None:
             raise ValueError(problem)
         return self
@@ -318,6 +335,25 @@ def _gradient_problem(s: DpsgdSection) -> str | None:
         return "canary = 'gradient' needs an all-zero feature: zero_features >= 1"
     if s.black_box is not None:
         return "[dpsgd.black_box] does not apply to canary = 'gradient'"
+    return None
+
+
+def _direction_problem(s: DpsgdSection) -> str | None:
+    """Why ``canary_direction = "every-group"`` cannot be used as configured."""
+    if s.canary_direction != "every-group":
+        return None
+    if s.canary != "dirac":
+        return (
+            "canary_direction = 'every-group' shapes the white-box 'dirac' canary; "
+            f"got canary={s.canary!r} (the 'gradient' canary reads one coordinate)"
+        )
+    if s.trainer not in ENGINE_TRAINERS and ":" not in s.trainer:
+        return (
+            "canary_direction = 'every-group' needs a trainer with parameter tensors to "
+            f"spread over: 'dpsgd', 'dpgd' or a user trainer; got trainer={s.trainer!r}"
+        )
+    if s.one_run is not None:
+        return "[dpsgd.one_run] places its own m Dirac canaries: leave canary_direction unset"
     return None
 
 

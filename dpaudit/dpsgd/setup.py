@@ -25,20 +25,28 @@ from dpaudit.dpsgd.canaries import (
     CraftedCanary,
     CraftedRun,
     dirac_direction,
+    every_group_direction,
     input_canary,
     with_zero_feature,
     worst_case_initial_parameters,
 )
-from dpaudit.dpsgd.schema import DpsgdSection, DpsgdSpec, erm_mechanism
+from dpaudit.dpsgd.schema import ENGINE_TRAINERS, DpsgdSection, DpsgdSpec, erm_mechanism
 from dpaudit.errors import ConfigError, DpauditError, check_integer
 from dpaudit.kinds.base import stream_seed
 from dpaudit.models import ModelSpec, layer_shapes
 from dpaudit.planning.ideal import ideal_lower_bound
+from dpaudit.plugins import load_plugin
 from dpaudit.recipes import sampling_plan, training_spec
 from dpaudit.theory import erm
 from dpaudit.training import TrainingSpec
 
-__all__ = ["WorstCaseSetup", "purpose_seed", "worst_case_details"]
+__all__ = [
+    "CanaryDirection",
+    "WorstCaseSetup",
+    "purpose_seed",
+    "resolve_canary_direction",
+    "worst_case_details",
+]
 
 #: Distinguishes this kind's random streams from other kinds' under the same audit seed.
 _STREAM_DPSGD = 2
@@ -47,6 +55,74 @@ _STREAM_DPSGD = 2
 def purpose_seed(seed: int, *purpose: int) -> int:
     """The seed of one purpose of the dpsgd kind's random streams under the audit seed."""
     return stream_seed(seed, _STREAM_DPSGD, *purpose)
+
+
+@dataclass(frozen=True)
+class CanaryDirection:
+    """Where a white-box gradient canary points, and why (echoed into ``results.json``).
+
+    Attributes:
+        chosen: ``"every-group"`` or ``"one-coordinate"``.
+        asked: what ``[dpsgd] canary_direction`` said (``"auto"`` or the same).
+        reason: one sentence on why this direction runs.
+    """
+
+    chosen: str
+    asked: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"chosen": self.chosen, "asked": self.asked, "reason": self.reason}
+
+
+def _declares_flat_clipping(trainer: str, base_dir: str) -> bool:
+    """Whether a user trainer declares that it clips the whole per-example gradient to one
+    norm: ``clipping = "flat"`` on the function, or an Opacus adapter trainer (the adapter
+    refuses per-layer ``max_grad_norm`` lists, and places only a one-coordinate canary)."""
+    fn = load_plugin(trainer, base_dir=base_dir, what="trainer")
+    if getattr(fn, "clipping", None) == "flat":
+        return True
+    # read from the class's module, not by importing it: that would import Opacus
+    cls = type(fn)
+    return cls.__module__ == "dpaudit.trainers.opacus" and cls.__name__ == "OpacusTrainer"
+
+
+def resolve_canary_direction(s: DpsgdSection, base_dir: str) -> CanaryDirection | None:
+    """The direction the white-box ``dirac`` canary takes (``None`` for other canaries).
+
+    ``auto`` takes the strongest valid choice for the trainer: the one-coordinate Dirac
+    canary when the trainer clips the whole per-example gradient to one norm C by
+    construction (dpaudit's built-in trainers, a user trainer declaring ``clipping =
+    "flat"``, the Opacus adapter), where the privatised gradient on it is exactly canary +
+    noise; for any other user trainer, whose clipping dpaudit cannot see, a canary with a
+    part in every parameter tensor, which per-tensor clipping with noise made for one
+    tensor cannot hide from (:func:`~dpaudit.dpsgd.canaries.every_group_direction`).
+    """
+    if s.canary != "dirac":
+        return None
+    if s.canary_direction != "auto":
+        return CanaryDirection(s.canary_direction, s.canary_direction, "set in [dpsgd]")
+    if ":" not in s.trainer:
+        engine = "the engine clips" if s.trainer in ENGINE_TRAINERS else "the trainer clips"
+        return CanaryDirection(
+            "one-coordinate",
+            "auto",
+            f"built-in trainer {s.trainer!r}: {engine} the whole per-example gradient to one "
+            "norm, so one untouched coordinate is exactly canary + noise",
+        )
+    if _declares_flat_clipping(s.trainer, base_dir):
+        return CanaryDirection(
+            "one-coordinate",
+            "auto",
+            "the trainer declares flat clipping (one norm for the whole per-example "
+            "gradient), so one untouched coordinate is exactly canary + noise",
+        )
+    return CanaryDirection(
+        "every-group",
+        "auto",
+        "a user trainer's clipping is not visible to dpaudit: a part in every parameter "
+        "tensor catches per-tensor clipping with noise calibrated for one tensor",
+    )
 
 
 @dataclass(frozen=True)
@@ -61,6 +137,7 @@ class _Setup:
     crafted: CraftedCanary | None = None
     replaced_row: int | None = None
     worst_case: WorstCaseSetup | None = None
+    canary_direction: CanaryDirection | None = None
 
 
 def _setup(spec: DpsgdSpec) -> _Setup:
@@ -122,7 +199,10 @@ def _setup_cached(section_json: str, seed: int, base_dir: str) -> _Setup:
     shapes = layer_shapes(model, X.shape[1], num_classes)
     num_parameters = sum(o * i + o for o, i in shapes)
     direction = None
-    if s.canary in GRADIENT_CANARY_KINDS:
+    pointing = resolve_canary_direction(s, base_dir)
+    if pointing is not None and pointing.chosen == "every-group":
+        direction = every_group_direction(shapes)
+    elif s.canary in GRADIENT_CANARY_KINDS:
         # First layer, unit 0, weight on the last feature: flat index 0·d + (d − 1). When
         # that feature is all-zero, every real gradient is 0 there (∂/∂W = δ·aᵀ, a = 0).
         direction = dirac_direction(num_parameters, X.shape[1] - 1)
@@ -146,7 +226,17 @@ def _setup_cached(section_json: str, seed: int, base_dir: str) -> _Setup:
         theta0[int(np.argmax(direction))] = 0.0
         training = replace(training, initial_parameters=tuple(theta0.tolist()))
     return _Setup(
-        X, y, num_classes, canary_row, direction, model, training, crafted, replaced_row, worst
+        X,
+        y,
+        num_classes,
+        canary_row,
+        direction,
+        model,
+        training,
+        crafted,
+        replaced_row,
+        worst,
+        pointing,
     )
 
 

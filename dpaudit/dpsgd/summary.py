@@ -44,7 +44,7 @@ from dpaudit.bounds.claim_curve import claim_curve_epsilon
 from dpaudit.bounds.greybox import GreyBoxObservations, GreyBoxTest, greybox_tests
 from dpaudit.dpsgd.one_run import ONE_RUN_UNIT, one_run_comparisons
 from dpaudit.dpsgd.schema import ENGINE_TRAINERS, DpsgdSection, DpsgdSpec
-from dpaudit.dpsgd.setup import _setup, worst_case_details
+from dpaudit.dpsgd.setup import _setup, resolve_canary_direction, worst_case_details
 from dpaudit.dpsgd.units import CHECKPOINTS_KEY, trainer_libraries
 from dpaudit.kinds.base import KindSummary, Outputs, RunContext
 from dpaudit.planning.last_iterate import last_iterate_details
@@ -560,6 +560,7 @@ def _many_run_test(
             "trainer": s.trainer,
             **trainer_libraries(s.trainer, base_dir),
             "canary": s.canary,
+            **_direction_details(s, base_dir),
             "threat_model": s.threat_model,
             "trials_per_arm": int(neg.size),
             "upper_bound": {
@@ -637,6 +638,12 @@ def _summary_worst_case(
     return worst_case_details(
         worst, trials=trials, threshold=s.threshold, level=level, seed=context.seed
     )
+
+
+def _direction_details(s: DpsgdSection, base_dir: Path | str) -> dict[str, Any]:
+    """Which way the white-box canary pointed and why (nothing for other canaries)."""
+    pointing = resolve_canary_direction(s, str(base_dir))
+    return {} if pointing is None else {"canary_direction": pointing.to_dict()}
 
 
 def _label(s: DpsgdSection) -> str:

@@ -31,8 +31,17 @@ User trainers are given as ``"pkg.module:function"`` and follow this protocol::
                 (the canary's column is ``canary.included``)
     seed        int: the base seed; a unit of models is ``settings.model_offset`` onwards,
                 and model k must draw its randomness from (seed, model_offset + k) only
-    canary      CanarySetup: kind, threat_model, row, direction (Dirac), included (K,)
+    canary      CanarySetup: kind, threat_model, row, direction (unit), included (K,)
     settings    TrainerSettings: model, training (TrainingSpec), num_classes, options
+
+The white-box canary is one more example whose gradient is a large multiple of
+``canary.direction``: add it BEFORE your clipping, clip it as you clip every example, in
+each step its own Poisson coin (rate q) comes up, and score the privatised gradient's
+projection on ``direction``. Unless the audit file says otherwise, a user trainer gets a
+direction with a part in every parameter tensor (layer weight and bias), so that clipping
+tensor by tensor with noise calibrated for one tensor shows up; a trainer that clips the
+whole per-example gradient to one norm by construction may declare it, ``fn.clipping =
+"flat"``, and gets the one-coordinate Dirac canary, exactly canary + noise.
 
 returning a :class:`TrainerOutput` (or a dict with the same keys): ``scores`` (K,)
 (larger = "canary in") or ``models`` (a ModelStack, scored black-box by the audit), and

@@ -226,9 +226,11 @@ class _GreyBoxObserver:
         k = membership.shape[0]
         used = None
         if canary.direction is not None:  # white-box Dirac or black-box gradient canary
-            nonzero = np.flatnonzero(canary.direction)
-            if nonzero.size == 1 and int(nonzero[0]) < X.shape[1]:
-                used = int(nonzero[0])  # first layer, unit 0, feature `used`
+            # unit 0's first-layer weights are the flat indices below d; the Dirac canary
+            # has one of them, the every-group canary one too (its first tensor's part)
+            first = [int(i) for i in np.flatnonzero(canary.direction) if int(i) < X.shape[1]]
+            if len(first) == 1:
+                used = first[0]  # first layer, unit 0, feature `used`
         nonzero_cols = (np.asarray(X) != 0).astype(np.int64)
         member_touch = (membership.astype(np.int64) @ nonzero_cols) > 0  # (K, d)
         free = ~member_touch

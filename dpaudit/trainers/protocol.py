@@ -43,7 +43,13 @@ class CanarySetup:
             projections on ``direction``, the one ``score`` names).
         included: ``(K,)`` whether each model's dataset holds the canary.
         row: the canary's row in ``X`` for input-space canaries, else ``None``.
-        direction: ``(P,)`` the gradient canary (Dirac) in flat parameter order, else ``None``.
+        direction: ``(P,)`` the gradient canary in flat parameter order (unit norm), else
+            ``None``: the one-hot Dirac canary, or (``[dpsgd] canary_direction``) a part in
+            every parameter tensor. Add it as ONE MORE EXAMPLE'S GRADIENT, a large
+            multiple of ``direction``, before your clipping, and clip it with your own rule
+            (flat clipping to C leaves C·direction; per-tensor clipping leaves each
+            tensor's part at its bound), in the steps its Poisson coin comes up; score the
+            privatised gradient's projection on ``direction``.
         score: the white-box statistic asked for (``[dpsgd] score``):
             ``"likelihood-ratio"`` (the sum over steps of
             :func:`mixture_log_likelihood_ratio`) or ``"sum"`` (the plain sum of the
