@@ -217,3 +217,9 @@ def test_the_search_table_fits_an_80_column_log(tmp_path: Path) -> None:
     assert not any("D=[" in line for line in table)
     assert len(table) <= 4 + 6 * 4
     assert "\nsearch #1 (remove-0): D=[1, 0, 1], D'=[0, 1], event output" in result.output
+    # the labels spelled out below the table fit the same 80 columns, wrapped
+    start = result.output.index("\nsearch #1 (remove-0)") + 1
+    below = result.output[start:].split("\nPASS")[0].split("\nFAIL")[0].splitlines()
+    assert below
+    assert max(len(line) for line in below) <= 80
+    assert any(line.startswith("    ") for line in below)  # a long label continues

@@ -66,9 +66,11 @@ def test_auto_picks_one_coordinate_for_flat_clipping_and_every_group_else() -> N
 
     assert resolve_canary_direction(section(), ".").chosen == "one-coordinate"  # type: ignore[union-attr]
     user = resolve_canary_direction(section(trainer="zoo_trainers:dpsgd_correct"), str(ZOO))
-    assert user is not None and (user.chosen, user.asked) == ("every-group", "auto")
+    assert user is not None
+    assert (user.chosen, user.asked) == ("every-group", "auto")
     forced = resolve_canary_direction(section(canary_direction="every-group"), ".")
-    assert forced is not None and forced.chosen == "every-group"
+    assert forced is not None
+    assert forced.chosen == "every-group"
     black = section(canary="mislabeled", threat_model="black-box")
     assert resolve_canary_direction(black, ".") is None
 
@@ -96,7 +98,11 @@ def test_per_layer_bug_is_caught_by_the_default_canary(tmp_path: Path) -> None:
 
 def test_per_layer_bug_hides_from_the_one_coordinate_canary(tmp_path: Path) -> None:
     result, direction = _audit("dpsgd-per-layer-buggy", tmp_path, direction="one-coordinate")
-    assert direction == {"chosen": "one-coordinate", "asked": "one-coordinate", "reason": "set in [dpsgd]"}
+    assert direction == {
+        "chosen": "one-coordinate",
+        "asked": "one-coordinate",
+        "reason": "set in [dpsgd]",
+    }
     assert result.verdict == "pass"
 
 

@@ -149,7 +149,7 @@ def _per_layer_dpgd(
     cfg = settings.training
     x = torch.as_tensor(np.asarray(X, dtype=np.float64))
     labels = torch.as_tensor(np.asarray(y, dtype=np.int64))
-    k_models, n = membership.shape
+    k_models = membership.shape[0]
     widths = [x.shape[1], *settings.model.hidden_widths, settings.num_classes]
     shapes = [(widths[i + 1], widths[i]) for i in range(len(widths) - 1)]
     groups = 2 * len(shapes)
@@ -161,7 +161,9 @@ def _per_layer_dpgd(
     params: list[torch.Tensor] = []
     for out, inp in shapes:
         bound = 1.0 / np.sqrt(inp)
-        params.append(torch.as_tensor(np.stack([r.uniform(-bound, bound, (out, inp)) for r in rngs])))
+        params.append(
+            torch.as_tensor(np.stack([r.uniform(-bound, bound, (out, inp)) for r in rngs]))
+        )
         params.append(torch.as_tensor(np.stack([r.uniform(-bound, bound, out) for r in rngs])))
     u = np.asarray(canary.direction, dtype=np.float64)
     u = u / np.linalg.norm(u)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -108,7 +109,9 @@ def summary(result: AuditResult) -> None:
     if shown:
         console.print(table)
     for full in spelled:
-        console.print(one_line(full), markup=False, highlight=False)
+        # wrapped at the table's 80 columns, continuation lines indented under the label
+        for line in textwrap.wrap(one_line(full), width=80, subsequent_indent="    "):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     said = set()  # one line per target, however many attacks it had
     for test in result.tests:
         target = test.details.get("target")

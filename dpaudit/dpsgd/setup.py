@@ -83,7 +83,7 @@ def _declares_flat_clipping(trainer: str, base_dir: str) -> bool:
     if getattr(fn, "clipping", None) == "flat":
         return True
     # read from the class's module, not by importing it: that would import Opacus
-    cls = type(fn)
+    cls = type(getattr(fn, "__wrapped__", fn))  # the loader wraps what it imported
     return cls.__module__ == "dpaudit.trainers.opacus" and cls.__name__ == "OpacusTrainer"
 
 
