@@ -30,15 +30,16 @@ the model's rows ``X[membership[k]]``, and:
   ``fn(dataset)`` receives them at the data's own width: that all-zero last feature is
   left out, so a model whose input width is written down (``nn.Linear(30, 16)``) trains
   unchanged.
-* **canary**. White-box (``canary = "dirac"``): between ``backward()`` and clipping, in
-  every step of a model whose dataset holds the canary, an independent coin with the
-  loader's q (the ``DPDataLoader``'s ``sample_rate``, or 1/len(loader) as Opacus accounts
-  a loader it did not replace) decides whether the canary is in the batch; if so one row
-  is appended to every ``p.grad_sample``: ``CANARY_NORM_FACTOR``·C on the canary's
-  coordinate and 0 elsewhere. Its norm is far above C on purpose: Opacus' own clipping
-  must bring it down to C (a loop that does not clip then shows it at full size), and
-  Opacus' own noise is added to it. The canary is one extra record: it is not one of the
-  n rows the loader samples from, so q and the divisor are unchanged.
+* **canary**. White-box (``canary = "dirac"``): a model whose dataset holds the canary
+  gets it as a data row (all-zero features, last), batched by the function's own loader
+  and sampler. A wrapper around the loader's batch sampler notes where the row falls in
+  each batch; in those steps, between ``backward()`` and clipping, its per-sample gradient
+  is replaced by ``CANARY_NORM_FACTOR``·C on the canary's coordinate and 0 elsewhere. Its
+  norm is far above C on purpose: Opacus' own clipping must bring it down to C (a loop
+  that does not clip then shows it at full size), and Opacus' own noise is added to it.
+  Where the batches cannot be followed to the optimizer's steps (no batch sampler, or a
+  step whose rows are not the batch drawn), an independent coin with the loader's q
+  decides instead, and a warning counts those models (``canary_routes``).
 * **the canary's coordinate**, read from the user's model, so the audit file need not
   restate its architecture: the last weight of unit 0 of the optimizer's first parameter
   (for a first layer ``nn.Linear(d, h)``: unit 0's weight on the last feature, where
@@ -55,9 +56,11 @@ the model's rows ``X[membership[k]]``, and:
   loader's sampler or the optimizer carries is re-seeded from (seed, g) too. The global
   generators' states are restored afterwards. ``secure_mode=True`` (torchcsprng) cannot be
   seeded: the audit stays valid, it is not reproducible.
-* **warnings and output**. Each distinct warning is shown once per process, not once per
-  model. What the function prints (stdout and stderr) is captured per model and
-  summarised once per work unit, as one warning (lines, distinct lines, the first).
+* **warnings and output**. The warnings the function raises (Opacus' "Secure RNG turned
+  off", torch's full backward hook) are counted per distinct warning and summarised once
+  per work unit, one line each (count, place, text). What the function prints (stdout
+  and stderr) is captured per model and summarised once per work unit, as one warning
+  (lines, distinct lines, the first).
 * **progress**. One INFO record per trained model on the ``dpaudit.models`` logger
   (:data:`MODEL_PROGRESS`, ``extra={"models": (done, total)}`` of the work unit): the
   CLI's plain progress lines count models inside a unit with it. Only progress: nothing
@@ -665,12 +668,12 @@ def _clip_step(run: _Run, params: list[Any]) -> None:
         run._open, run._batch, run._clipped, run._touched = True, 0, 0.0, False
         if run.canary_index is not None and run.route == "sampler":
             _next_batch(run, rows)
-        if run.canary is not None and run.included and run.route == "coin":
-            if run.coins.random() < run.sampling_rate:
-                _append_canary(run, params)
-                run._batch += 1
+        coin = run.canary is not None and run.included and run.route == "coin"
+        if coin and run.coins.random() < run.sampling_rate:
+            _append_canary(run, params)
+            run._batch += 1
     if run.canary_index is not None and run.route == "sampler":
-        size, position = run._logical
+        position = run._logical[1]
         offset = run._consumed
         run._consumed += rows
         if position is not None and offset <= position < offset + rows:
