@@ -11,6 +11,7 @@ the noise and batch sizes), so the models per arm are the fewest the lower bound
 from __future__ import annotations
 
 import difflib
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -57,8 +58,9 @@ def test_the_audited_loop_is_the_plain_script_plus_at_most_ten_lines() -> None:
 # ------------------------------------------------------------------ the trainer protocol
 
 
-def _data(n: int = 40, d: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Rows with an all-zero last feature, as dpaudit gives a Dirac audit."""
+def _data(n: int = 39, d: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Rows with an all-zero last feature, as dpaudit gives a Dirac audit. 39 rows: with
+    the canary's row, 40, the loaders of batch 10 below have 4 batches either way (q = 1/4)."""
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, d)).astype(np.float32)
     X[:, -1] = 0.0
@@ -121,7 +123,7 @@ def test_reads_what_ran_from_opacus_and_reproduces_each_model() -> None:
     again = trainer(X, y, membership, **_protocol(X, included))
     np.testing.assert_array_equal(out.scores, again.scores)  # seeded per model
     assert len(set(out.scores.tolist())) == 4  # and each model has its own seed
-    # batch size 10 of 40 rows: Opacus' Poisson loader samples at q = 1/4, 4 steps per epoch
+    # batch size 10 of 39 or 40 rows: Opacus' Poisson loader samples at q = 1/4, 4 steps an epoch
     for r in out.records:
         assert (r.noise_multiplier, r.sampling_rate, r.steps, r.clipping_norm) == (
             1.0,
@@ -130,7 +132,9 @@ def test_reads_what_ran_from_opacus_and_reproduces_each_model() -> None:
             1.0,
         )
         assert r.sampling == "poisson"
-    assert [r.dataset_size for r in out.records] == [40, 41, 40, 41]
+    # The canary is a row of the data of the models that hold it.
+    assert [r.dataset_size for r in out.records] == [39, 40, 39, 40]
+    assert trainer.canary_routes == ("sampler", "sampler")
     # The claim is Opacus' own RDP accountant ε at the options' δ.
     from opacus.accountants import RDPAccountant
 
@@ -157,9 +161,9 @@ def test_the_canary_goes_through_opacus_clipping_and_noise() -> None:
     assert np.all(obs.untouched_noise == 0.0)
     assert np.nanmax(obs.clipped_norms_max) <= 1.0 + 1e-6
     assert CANARY_NORM_FACTOR > 1.0
-    # The canary is one more record when sampled: 8 steps, batch sizes ~ Binomial(41, 1/4).
+    # The canary is one more row of the data: 8 steps, batch sizes ~ Binomial(40, 1/4).
     assert obs.steps_run.tolist() == [8, 8]
-    assert obs.per_model("dataset_size").tolist() == [40, 41]
+    assert obs.per_model("dataset_size").tolist() == [39, 40]
 
 
 def test_called_as_a_plain_function_it_trains_once() -> None:
@@ -183,17 +187,110 @@ def test_a_model_with_another_layout_is_an_error() -> None:
         trainer(X, y, np.ones((1, X.shape[0]), bool), **kwargs)
 
 
-def test_warnings_are_shown_once_not_once_per_model() -> None:
-    import dpaudit.trainers.opacus as adapter
-
-    adapter._SEEN_WARNINGS.clear()
+def test_library_warnings_are_captured_and_summarised_once_per_distinct_warning() -> None:
+    """Opacus warns "Secure RNG turned off" once per model: three models give ONE line
+    saying 3 times, with the text; nothing reaches the console once per model."""
     X, y = _data()
     trainer = opacus_trainer(_small_loop())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer(X, y, np.ones((3, X.shape[0]), bool), **_protocol(X, np.array([0, 1, 0]) > 0))
-    secure = [w for w in caught if "Secure RNG" in str(w.message)]
-    assert len(secure) == 1
+    texts = [str(w.message) for w in caught]
+    secure = [t for t in texts if "Secure RNG" in t]
+    assert len(secure) == 1, texts
+    assert re.fullmatch(
+        r"UserWarning raised 3 times over 3 models at opacus/privacy_engine\.py:\d+, captured "
+        r'rather than shown: "Secure RNG turned off\. This is perfectly fine .*"',
+        secure[0],
+    )
+    # every warning seen is a summary line, one per distinct warning
+    assert all("captured rather than shown" in t for t in texts), texts
+    assert len(texts) == len(set(texts))
+
+
+def test_captured_warnings_are_counted_by_category_and_message() -> None:
+    from dpaudit.trainers import CapturedOutput
+
+    output = CapturedOutput()
+    for _ in range(4):
+        with output.capture_warnings():
+            warnings.warn("overflow in the loss", RuntimeWarning, stacklevel=1)
+            warnings.warn("overflow in the loss", RuntimeWarning, stacklevel=1)
+            warnings.warn("other", UserWarning, stacklevel=1)
+    lines = output.warning_summaries(4)
+    assert [re.sub(r" at \S+:\d+", "", line) for line in lines] == [
+        'RuntimeWarning raised 8 times over 4 models, captured rather than shown: "overflow '
+        'in the loss"',
+        'UserWarning raised 4 times over 4 models, captured rather than shown: "other"',
+    ]
+    assert lines[0].split(" at ")[1].startswith("tests/test_opacus_adapter.py:")
+
+
+SIGNATURE_ERROR = (
+    "@opacus_trainer cannot call train{shown}: it calls fn(X, y) (float32 features, int64 "
+    "labels) or fn(dataset) (a torch Dataset of (features, label) pairs) and needs the "
+    "trained model back. For example:\n"
+    "    @opacus_trainer\n"
+    "    def train(X, y):\n"
+    "        ...  # build the model, optimizer and DataLoader, make_private, train; return model"
+)
+
+
+@pytest.mark.parametrize(
+    ("source", "shown"),
+    [
+        ("def train(model): ...", "(model)"),
+        ("def train(a, b, c, d): ...", "(a, b, c, d)"),
+        ("def train(): ...", "()"),
+        ("def train(X, y, *, epochs): ...", "(X, y, *, epochs)"),
+    ],
+)
+def test_a_function_of_another_shape_gets_the_accepted_signatures(source: str, shown: str) -> None:
+    namespace: dict = {}
+    exec(source, namespace)
+    with pytest.raises(ConfigError) as error:
+        opacus_trainer(namespace["train"])
+    assert str(error.value) == SIGNATURE_ERROR.format(shown=shown)
+
+
+def test_the_canary_row_follows_the_loaders_own_batches() -> None:
+    """Shuffled fixed batches: the canary's row is in exactly one batch per epoch, so with
+    σ = 0 the privatised sum on its coordinate is C in exactly one step of each epoch (a
+    coin at q = 1/4 would put it in 0 to 4 of them)."""
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def shuffled(X, y):
+        model = torch.nn.Linear(X.shape[1], 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        data = TensorDataset(torch.as_tensor(X), torch.as_tensor(y))
+        model, optimizer, loader = PrivacyEngine(accountant="rdp").make_private(
+            module=model,
+            optimizer=optimizer,
+            data_loader=DataLoader(data, batch_size=10, shuffle=True),
+            noise_multiplier=0.0,
+            max_grad_norm=1.0,
+            poisson_sampling=False,
+        )
+        for _ in range(2):
+            for xb, yb in loader:
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(xb), yb).backward()
+                optimizer.step()
+        return model
+
+    X, y = _data()
+    trainer = opacus_trainer(shuffled)
+    included = np.arange(10) % 2 == 1
+    out = trainer(X, y, np.ones((10, X.shape[0]), bool), **_protocol(X, included))
+    x = trainer.transcripts
+    assert trainer.canary_routes == ("sampler",) * 5
+    assert np.all(x[~included] == 0.0)
+    per_epoch = np.round(x[included]).reshape(5, 2, 4).sum(axis=2)
+    assert per_epoch.tolist() == [[1, 1]] * 5
+    # fixed batches of 10, 10, 10, 9 (or 10 with the canary's row): what ran, step by step
+    assert out.observations.batch_sizes[~included].tolist() == [[10, 10, 10, 9] * 2] * 5
+    assert out.observations.batch_sizes[included].tolist() == [[10] * 8] * 5
 
 
 # ------------------------------------------------------------------- audits, exit codes
@@ -260,7 +357,7 @@ def test_the_correct_loop_exits_0(seed: int, tmp_path: Path) -> None:
 
 
 def test_a_black_box_canary_is_a_row_of_the_models_that_hold_it() -> None:
-    X, y = _data()
+    X, y = _data(n=40)
     X = np.concatenate([X, X[:1] * 3.0])  # the canary row, last
     y = np.concatenate([y, 1 - y[:1]])
     included = np.array([False, True])
@@ -355,9 +452,9 @@ def test_virtual_steps_of_batch_memory_manager_are_one_step_each() -> None:
                     optimizer.step()
         return model
 
-    X, y = _data(n=80)
+    X, y = _data(n=79)
     trainer = opacus_trainer(train)
-    out = trainer(X, y, np.ones((2, 80), bool), **_protocol(X, np.array([False, True])))
+    out = trainer(X, y, np.ones((2, 79), bool), **_protocol(X, np.array([False, True])))
     assert [r.steps for r in out.records] == [8, 8]  # 4 logical steps an epoch (q = 1/4)
     # σ = 0: each logical step shows the canary once (exactly C) or not at all.
     assert set(np.unique(trainer.transcripts).tolist()) <= {0.0, 1.0}

@@ -274,13 +274,15 @@ def test_a_dataset_taking_cnn_gets_the_data_width_and_the_canary_on_its_first_we
 
     Squares.built.clear()
     X, y = _rows(d=5)  # 4 features and dpaudit's all-zero one
+    X, y = X[:39], y[:39]  # 39 rows, 40 with the canary's: 4 batches of 10 either way
     included = np.array([False, True, True])
-    out = main(X, y, np.ones((3, 40), dtype=bool), **_protocol(X, included))
-    assert Squares.built == [(40, 4)] * 3  # the all-zero feature is left out
+    out = main(X, y, np.ones((3, 39), dtype=bool), **_protocol(X, included))
+    # the all-zero feature is left out; the canary is a row of the data that holds it
+    assert Squares.built == [(39, 4), (40, 4), (40, 4)]
     # The conv's weights are touched by every real example; the canary's (unit 0's last
     # weight of the first parameter) and the reserved one are kept clear of them.
     _assert_the_canary_alone(out, included, steps=8)
-    assert [r.dataset_size for r in out.records] == [40, 41, 41]
+    assert [r.dataset_size for r in out.records] == [39, 40, 40]
 
 
 def test_an_mlp_in_the_arrays_form_needs_no_architecture_in_the_audit_file() -> None:
@@ -293,9 +295,10 @@ def test_an_mlp_in_the_arrays_form_needs_no_architecture_in_the_audit_file() -> 
         return _fit(model, loader, sigma=0.0)
 
     X, y = _rows(d=5)
+    X, y = X[:39], y[:39]  # with the canary's row, 40: 4 batches of 10 either way
     included = np.array([True, False, True])
     # The direction is laid out for a logistic model (12 coordinates); the MLP has 34.
-    out = train(X, y, np.ones((3, 40), dtype=bool), **_protocol(X, included))
+    out = train(X, y, np.ones((3, 39), dtype=bool), **_protocol(X, included))
     _assert_the_canary_alone(out, included, steps=8)
 
 
@@ -372,8 +375,9 @@ def test_the_accountant_answers_once_for_all_models() -> None:
 
     adapter._opacus_epsilon.cache_clear()
     X, y = _rows()
+    X, y = X[:39], y[:39]  # with the canary's row, 40: q = 1/4 in every model
     included = np.array([False, True, False, True])
-    train(X, y, np.ones((4, 40), dtype=bool), **_protocol(X, included))
+    train(X, y, np.ones((4, 39), dtype=bool), **_protocol(X, included))
     expected = []
     for steps in (4, 8):
         accountant = RDPAccountant()

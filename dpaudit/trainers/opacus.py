@@ -30,15 +30,16 @@ the model's rows ``X[membership[k]]``, and:
   ``fn(dataset)`` receives them at the data's own width: that all-zero last feature is
   left out, so a model whose input width is written down (``nn.Linear(30, 16)``) trains
   unchanged.
-* **canary**. White-box (``canary = "dirac"``): between ``backward()`` and clipping, in
-  every step of a model whose dataset holds the canary, an independent coin with the
-  loader's q (the ``DPDataLoader``'s ``sample_rate``, or 1/len(loader) as Opacus accounts
-  a loader it did not replace) decides whether the canary is in the batch; if so one row
-  is appended to every ``p.grad_sample``: ``CANARY_NORM_FACTOR``·C on the canary's
-  coordinate and 0 elsewhere. Its norm is far above C on purpose: Opacus' own clipping
-  must bring it down to C (a loop that does not clip then shows it at full size), and
-  Opacus' own noise is added to it. The canary is one extra record: it is not one of the
-  n rows the loader samples from, so q and the divisor are unchanged.
+* **canary**. White-box (``canary = "dirac"``): a model whose dataset holds the canary
+  gets it as a data row (all-zero features, last), batched by the function's own loader
+  and sampler. A wrapper around the loader's batch sampler notes where the row falls in
+  each batch; in those steps, between ``backward()`` and clipping, its per-sample gradient
+  is replaced by ``CANARY_NORM_FACTOR``·C on the canary's coordinate and 0 elsewhere. Its
+  norm is far above C on purpose: Opacus' own clipping must bring it down to C (a loop
+  that does not clip then shows it at full size), and Opacus' own noise is added to it.
+  Where the batches cannot be followed to the optimizer's steps (no batch sampler, or a
+  step whose rows are not the batch drawn), an independent coin with the loader's q
+  decides instead, and a warning counts those models (``canary_routes``).
 * **the canary's coordinate**, read from the user's model, so the audit file need not
   restate its architecture: the last weight of unit 0 of the optimizer's first parameter
   (for a first layer ``nn.Linear(d, h)``: unit 0's weight on the last feature, where
@@ -55,9 +56,11 @@ the model's rows ``X[membership[k]]``, and:
   loader's sampler or the optimizer carries is re-seeded from (seed, g) too. The global
   generators' states are restored afterwards. ``secure_mode=True`` (torchcsprng) cannot be
   seeded: the audit stays valid, it is not reproducible.
-* **warnings and output**. Each distinct warning is shown once per process, not once per
-  model. What the function prints (stdout and stderr) is captured per model and
-  summarised once per work unit, as one warning (lines, distinct lines, the first).
+* **warnings and output**. The warnings the function raises (Opacus' "Secure RNG turned
+  off", torch's full backward hook) are counted per distinct warning and summarised once
+  per work unit, one line each (count, place, text). What the function prints (stdout
+  and stderr) is captured per model and summarised once per work unit, as one warning
+  (lines, distinct lines, the first).
 * **progress**. One INFO record per trained model on the ``dpaudit.models`` logger
   (:data:`MODEL_PROGRESS`, ``extra={"models": (done, total)}`` of the work unit): the
   CLI's plain progress lines count models inside a unit with it. Only progress: nothing
@@ -103,6 +106,7 @@ import inspect
 import logging
 import random
 import warnings
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -141,7 +145,6 @@ __all__ = [
 CANARY_NORM_FACTOR = 1000.0
 #: Separates the canary coins' stream from the model seeds' under one base seed.
 _STREAM_COINS = 11
-_SEEN_WARNINGS: set[tuple[str, str]] = set()
 #: Progress inside a work unit: one INFO record per trained model, with
 #: ``extra={"models": (done, total)}``. A progress display listens (the CLI's plain lines).
 #: A channel, not a log: its records do not reach the root logger (Opacus configures one
@@ -198,15 +201,50 @@ def opacus_trainer(
     return OpacusTrainer(fn, dataset=dataset)
 
 
+#: Names of a single parameter that say it is not the training data (a common slip:
+#: ``def train(model)`` where the adapter hands the function its data).
+_NOT_DATA = frozenset({"model", "net", "network", "module", "optimizer", "privacy_engine"})
+
+
+def _signature_error(fn: Callable[..., Any], shown: str) -> ConfigError:
+    """The one error for a function of a shape the adapter cannot call, with an example."""
+    name = getattr(fn, "__name__", repr(fn))
+    return ConfigError(
+        f"@opacus_trainer cannot call {name}{shown}: it calls fn(X, y) (float32 features, "
+        "int64 labels) or fn(dataset) (a torch Dataset of (features, label) pairs) and "
+        "needs the trained model back. For example:\n"
+        "    @opacus_trainer\n"
+        "    def train(X, y):\n"
+        "        ...  # build the model, optimizer and DataLoader, make_private, train; "
+        "return model"
+    )
+
+
 def _takes_dataset(fn: Callable[..., Any]) -> bool:
-    """Whether ``fn`` has exactly one required positional parameter (the Dataset)."""
+    """Whether ``fn`` takes a Dataset (one required positional parameter) or the arrays
+    ``X, y`` (two).
+
+    Raises:
+        ConfigError: ``fn`` needs another number of arguments, a keyword-only argument,
+            or its one parameter names something other than data (``model``, ...).
+    """
     try:
-        parameters = inspect.signature(fn).parameters.values()
+        signature = inspect.signature(fn)
     except (TypeError, ValueError):  # a callable without a signature: the (X, y) form
         return False
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    parameters = list(signature.parameters.values())
     required = [p for p in parameters if p.kind in positional and p.default is p.empty]
-    return len(required) == 1
+    keyword_only = [
+        p for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is p.empty
+    ]
+    variadic = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
+    shown = str(signature).split(" ->")[0]
+    if keyword_only or not (len(required) in (1, 2) or (variadic and len(required) < 2)):
+        raise _signature_error(fn, shown)
+    if len(required) == 1 and not variadic and required[0].name.lower() in _NOT_DATA:
+        raise _signature_error(fn, shown)
+    return len(required) == 1 and not variadic
 
 
 def _tensor_dataset(X: np.ndarray, y: np.ndarray) -> Any:
@@ -231,6 +269,9 @@ class OpacusTrainer:
         #: The last audited call's white-box transcripts: ``(K, T)`` privatised sums on
         #: the canary's coordinate per model and step (NaN after a model's last step).
         self.transcripts: np.ndarray | None = None
+        #: The last audited call's route of the canary into each holding model's batches:
+        #: "sampler" (its data row, batched by the function's own loader) or "coin".
+        self.canary_routes: tuple[str, ...] = ()
         functools.update_wrapper(self, fn)
 
     @property
@@ -288,14 +329,23 @@ class OpacusTrainer:
                 width=int(X.shape[1]),
                 by_model=self.takes_dataset,
             )
+            X_k, y_k = features[rows], y[rows]
+            if white and run.included:
+                # The canary as a data row, last, through the function's own loader and
+                # sampler: all-zero features (the standardised mean; 0 on dpaudit's Dirac
+                # feature), the first row's label. Its per-sample gradient is replaced by
+                # the Dirac gradient in each step the sampler put it in the batch.
+                run.canary_index = int(X_k.shape[0])
+                X_k = np.concatenate([X_k, np.zeros((1, *X_k.shape[1:]), dtype=X_k.dtype)])
+                y_k = np.concatenate([y_k, y_k[:1] if y_k.size else np.zeros(1, y.dtype)])
             model_seed = int(np.random.SeedSequence([seed, g]).generate_state(1)[0])
             with (
                 _seeded(model_seed),
-                _warnings_once(),
+                output.capture_warnings(),
                 output.capture(),
                 _intercept(run, model_seed),
             ):
-                model = _the_model(self.fn(*self._inputs(features[rows], y[rows])))
+                model = _the_model(self.fn(*self._inputs(X_k, y_k)))
             if run.optimizer is None:
                 raise ConfigError(
                     f"The Opacus trainer {name!r} never called "
@@ -312,7 +362,22 @@ class OpacusTrainer:
             code = getattr(self.fn, "__code__", None)
             where = (code.co_filename, code.co_firstlineno) if code else (__file__, 0)
             warnings.warn_explicit(summary, UserWarning, *where)
+        for line in output.warning_summaries(total):
+            warnings.warn_explicit(line, UserWarning, __file__, 0)
         if white:
+            #: How each model's canary was put in its batches: "sampler" or "coin".
+            self.canary_routes = tuple(r.route for r in runs if r.included)
+            coined = sum(route == "coin" for route in self.canary_routes)
+            if coined:
+                warnings.warn_explicit(
+                    f"The Dirac canary's inclusion was decided by a coin with the loader's q "
+                    f"in {coined} of {len(self.canary_routes)} models that hold it: their "
+                    f"batches could not be followed from {name!r}'s DataLoader to the "
+                    "optimizer's steps, so the sampling that ran did not decide it.",
+                    UserWarning,
+                    __file__,
+                    0,
+                )
             width = max(r.steps for r in runs)
             self.transcripts = np.array(
                 [r.canary_sums + [np.nan] * (width - r.steps) for r in runs], dtype=np.float64
@@ -426,11 +491,20 @@ class _Run:
     sigmas: list[float] = field(default_factory=list)
     clips: list[float] = field(default_factory=list)
     score: float = 0.0
+    #: The canary's row in the function's data (white-box models that hold it), else None.
+    canary_index: int | None = None
+    #: "sampler" while the loader's batches are followed to the optimizer's steps; "coin"
+    #: when they cannot be (no batch sampler, or batches that never reach a step).
+    route: str = "sampler"
+    #: The batches the loader drew, not yet seen by a step: (rows, canary's position).
+    drawn: deque[tuple[int, int | None]] = field(default_factory=deque)
     # The logical step in progress (several clip calls with virtual steps).
     _open: bool = False
     _batch: int = 0
     _clipped: float = 0.0
     _touched: bool = False
+    _logical: tuple[int, int | None] = (0, None)
+    _consumed: int = 0
 
     @property
     def steps(self) -> int:
@@ -459,19 +533,6 @@ def _seeded(model_seed: int) -> Iterator[None]:
         torch.set_num_threads(threads)
         np.random.set_state(np_state)  # noqa: NPY002
         random.setstate(py_state)
-
-
-@contextmanager
-def _warnings_once() -> Iterator[None]:
-    """Show each distinct warning once per process (Opacus warns on every model)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    for w in caught:
-        key = (w.category.__name__, str(w.message))
-        if key not in _SEEN_WARNINGS:
-            _SEEN_WARNINGS.add(key)
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 @contextmanager
@@ -529,7 +590,16 @@ def _attach(run: _Run, engine: Any, optimizer: Any, loader: Any, model_seed: int
         )
     run.engine, run.optimizer = engine, optimizer
     run.sampling_rate = float(getattr(loader, "sample_rate", None) or 1.0 / len(loader))
-    run.dataset_size = len(loader.dataset) + int(run.canary is not None and run.included)
+    # A white-box canary is a row of the loader's dataset already (see audit()).
+    run.dataset_size = len(loader.dataset)
+    if run.canary_index is not None:
+        batches = getattr(loader, "batch_sampler", None)
+        if batches is None:
+            run.route = "coin"
+        else:
+            # DataLoader refuses a new batch_sampler once built; the wrapper yields the
+            # same batches and notes, per batch, where the canary's row is.
+            object.__setattr__(loader, "batch_sampler", _Followed(batches, run))
     sampler = getattr(loader, "batch_sampler", None)
     for i, gen in enumerate(
         (
@@ -596,10 +666,18 @@ def _clip_step(run: _Run, params: list[Any]) -> None:
     _mask(run.reserved, params, rows)
     if not run._open:
         run._open, run._batch, run._clipped, run._touched = True, 0, 0.0, False
-        sampled = run.included and run.coins.random() < run.sampling_rate
-        if run.canary is not None and sampled:
+        if run.canary_index is not None and run.route == "sampler":
+            _next_batch(run, rows)
+        coin = run.canary is not None and run.included and run.route == "coin"
+        if coin and run.coins.random() < run.sampling_rate:
             _append_canary(run, params)
             run._batch += 1
+    if run.canary_index is not None and run.route == "sampler":
+        position = run._logical[1]
+        offset = run._consumed
+        run._consumed += rows
+        if position is not None and offset <= position < offset + rows:
+            _place_canary(run, params, position - offset)
     if run.untouched is None:
         run.untouched = _pick_untouched(run, params, rows)
         if run.untouched is None and run.canary_coord is not None:
@@ -637,6 +715,58 @@ def _reserve_untouched(canary: tuple[int, int], params: list[Any]) -> tuple[int,
     if j + unit < p.numel():
         return i, j + unit
     return (i, j - 1) if j >= 1 else None
+
+
+class _Followed:
+    """A loader's batch sampler that notes where the canary's row falls in each batch.
+
+    It yields the batches of the sampler it wraps, unchanged (Opacus' Poisson sampler, a
+    shuffling sampler, a BatchMemoryManager's splitting of them), and appends to the run
+    the size of each and the canary's position in it; the optimizer's steps read them in
+    order (:func:`_next_batch`).
+    """
+
+    def __init__(self, inner: Any, run: _Run) -> None:
+        self.inner = inner
+        self.run = run
+
+    def __iter__(self) -> Iterator[list[int]]:
+        canary = self.run.canary_index
+        for batch in self.inner:
+            indices = [int(i) for i in batch]
+            position = indices.index(canary) if canary in indices else None
+            self.run.drawn.append((len(indices), position))
+            yield batch
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _next_batch(run: _Run, rows: int) -> None:
+    """Open a step on the next batch the loader drew (empty ones, which never reach a
+    step with rows, are passed over); fall back to the coin if none is waiting."""
+    while run.drawn and run.drawn[0][0] == 0 and rows > 0:
+        run.drawn.popleft()
+    if not run.drawn:
+        run.route = "coin"
+        return
+    run._logical = run.drawn.popleft()
+    run._consumed = 0
+
+
+def _place_canary(run: _Run, params: list[Any], row: int) -> None:
+    """Replace the canary row's per-sample gradient by the Dirac gradient:
+    ``CANARY_NORM_FACTOR``·C on the canary's coordinate, 0 elsewhere."""
+    assert run.canary_coord is not None  # set for white-box runs
+    i, j = run.canary_coord
+    norm = CANARY_NORM_FACTOR * float(run.optimizer.max_grad_norm)
+    for n, p in enumerate(params):
+        p.grad_sample[row] = 0
+        if n == i:
+            p.grad_sample[row].view(-1)[j] = norm
 
 
 def _append_canary(run: _Run, params: list[Any]) -> None:
@@ -702,6 +832,8 @@ def _noise_step(run: _Run, params: list[Any]) -> None:
     opt = run.optimizer
     type(opt).add_noise(opt)
     run._open = False
+    if run.route == "sampler" and run._consumed != run._logical[0]:
+        run.route = "coin"  # the step's rows are not the batch drawn: stop following
     run.batch_sizes.append(run._batch)
     run.clipped_max.append(run._clipped)
     run.sigmas.append(float(opt.noise_multiplier))
@@ -789,7 +921,38 @@ def _opacus_epsilon(
 
     accountant = create_accountant(mechanism=mechanism)
     accountant.history = [tuple(h) for h in history]
-    return float(accountant.get_epsilon(*args, **dict(kwargs)))
+    options = dict(kwargs)
+    if mechanism == "prv" and "eps_error" not in options:
+        options["eps_error"] = _prv_eps_error(history)
+    return float(accountant.get_epsilon(*args, **options))
+
+
+#: Opacus' PRV accountant's default ε error.
+_PRV_EPS_ERROR = 0.01
+#: The PRV's ε error as a fraction of the ε at stake (Opacus' RDP ε of the same history).
+_PRV_RELATIVE_ERROR = 1e-3
+
+
+def _prv_eps_error(history: tuple[tuple[float, float, int], ...]) -> float:
+    """The ε error the PRV accountant is asked for: Opacus' 0.01, or 0.1% of the ε at stake.
+
+    The PRV accountant discretises the privacy loss on a grid of width ∝ its loss's range
+    and spacing ∝ its ε error, so at a fixed error its memory grows as σ falls: 160 MB
+    for σ = 0.1 (ε ≈ 400, q = 1/4, 8 steps) against 9 MB for σ = 1, 1.2 GB at 40 steps
+    (Opacus 1.6). An error of 0.1% of Opacus' RDP ε (an upper bound on the PRV's, computed
+    in milliseconds) keeps the grid's size about flat in σ, and leaves Opacus' default
+    wherever ε < 10. The answer stays PRV's upper bound (its ``eps_upper``): only its
+    slack grows, by at most 0.1% of ε.
+    """
+    rdp = create_accountant(mechanism="rdp")
+    rdp.history = [tuple(h) for h in history]
+    with warnings.catch_warnings():
+        # "Optimal order is the largest alpha": the RDP ε is then looser, still an upper bound
+        warnings.simplefilter("ignore")
+        epsilon = float(rdp.get_epsilon(1e-5))
+    if not np.isfinite(epsilon):
+        return _PRV_EPS_ERROR * 100
+    return max(_PRV_EPS_ERROR, _PRV_RELATIVE_ERROR * epsilon)
 
 
 def _share_get_epsilon(accountant: Any) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
@@ -127,17 +128,59 @@ class CapturedOutput:
     (:meth:`capture`) and reports the lot once (:meth:`summary`). Lines are counted, not
     kept: the first line and up to :attr:`MAX_DISTINCT` distinct lines are remembered.
     A run that raises writes what it printed to the real stderr first, next to its error.
+    The Python warnings the runs raise (a library warning once per model) are counted the
+    same way (:meth:`capture_warnings`, :meth:`warning_summaries`): one line per distinct
+    warning, with how often it was raised.
     """
 
     #: Distinct lines remembered; past this many, "distinct" is a lower bound.
     MAX_DISTINCT = 10_000
     #: Characters of the first line quoted in the summary.
     QUOTED = 200
+    #: Distinct warnings summarised one line each; past this many they are only counted.
+    MAX_WARNINGS = 20
 
     def __init__(self) -> None:
         self.lines = 0
         self.first: str | None = None
         self._distinct: set[str] = set()
+        #: (category, message) → [times raised, where first raised]; at most MAX_WARNINGS.
+        self._warnings: dict[tuple[str, str], list[Any]] = {}
+        self._more_warnings = 0
+
+    @contextmanager
+    def capture_warnings(self) -> Iterator[None]:
+        """Capture the Python warnings one run raises (a library's warnings, once per
+        model) and count them by category and message (:meth:`warning_summaries`)."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                yield
+            finally:
+                for w in caught:
+                    key = (w.category.__name__, str(w.message))
+                    if key in self._warnings:
+                        self._warnings[key][0] += 1
+                    elif len(self._warnings) < self.MAX_WARNINGS:
+                        self._warnings[key] = [1, f"{_short_path(w.filename)}:{w.lineno}"]
+                    else:
+                        self._more_warnings += 1
+                caught.clear()  # nothing of a run is kept past it but the counts
+
+    def warning_summaries(self, runs: int) -> list[str]:
+        """One line per distinct warning the runs raised: how often, where, its text."""
+        per = f"over {runs} model{'' if runs == 1 else 's'}"
+        lines = [
+            f"{category} raised {count} time{'' if count == 1 else 's'} {per} at {where}, "
+            f'captured rather than shown: "{one_line(message, limit=self.QUOTED)}"'
+            for (category, message), (count, where) in self._warnings.items()
+        ]
+        if self._more_warnings:
+            lines.append(
+                f"{self._more_warnings} more warnings {per} past the first "
+                f"{self.MAX_WARNINGS} distinct ones, captured rather than shown"
+            )
+        return lines
 
     @contextmanager
     def capture(self) -> Iterator[None]:
@@ -176,6 +219,12 @@ class CapturedOutput:
             f"{runs} model{'' if runs == 1 else 's'}, captured rather than shown; the "
             f'first: "{first}"'
         )
+
+
+def _short_path(filename: str) -> str:
+    """A warning's file as its package and module (``opacus/privacy_engine.py``)."""
+    parts = filename.replace("\\", "/").split("/")
+    return "/".join(parts[-2:])
 
 
 def coerce_output(out: Any, *, num_models: int, name: str) -> TrainerOutput:
