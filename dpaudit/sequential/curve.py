@@ -463,10 +463,13 @@ def whitebox_dpsgd_scores(
 
 
 def steps_per_epoch(sampling_rate: float) -> int:
-    """Steps in one epoch of a run that shuffles n records into batches of about n·q:
-    round(1/q) (n/b batches of b = n·q records; a remainder dropped or merged)."""
+    """Steps in one epoch of a run that shuffles n records into batches of b = n·q:
+    ⌊1/q⌋ = ⌊n/b⌋ (the remainder of n − ⌊n/b⌋·b records dropped, as a data loader with
+    ``drop_last`` does), the rule of dpaudit's training engine
+    (``dpaudit.training.sampling.steps_from_rate``, with its 1e-9 for rates such as 0.01;
+    not imported: the statistics core stands below the engine)."""
     q = check_in_interval("sampling_rate", sampling_rate, 0.0, 1.0, low_open=True)
-    return max(1, round(1.0 / q))
+    return max(1, math.floor(1.0 / q + 1e-9))
 
 
 def shuffled_dpsgd_scores(
@@ -480,26 +483,31 @@ def shuffled_dpsgd_scores(
     """White-box canary scores of ``models`` runs per arm that SHUFFLE fixed batches while
     the claim (and the score) assume Poisson sampling at rate q, drawn from the exact law.
 
-    The run's epochs have m = :func:`steps_per_epoch` (q) steps; the canary is in exactly
-    one batch per epoch, at a step uniform over the epoch's m (a last, partial epoch of
-    r < m steps holds it with probability r/m, as a shuffle of the whole epoch cut short
-    would). Per step the canary's coordinate is N(0, σ²) without the canary and N(1, σ²)
-    at its step (C = 1). Each step's observation has the Poisson run's marginal law,
-    (1 − q)N(0, σ²) + qN(1, σ²); only the joint law differs (exactly one canary step per
-    epoch instead of Binomial(m, q)). The score is the one dpaudit computes from what was
-    accounted: the sum of the per-step log-likelihood ratios at the claimed q and σ
-    (:func:`dpaudit.theory.whitebox.mixture_log_likelihood_ratio`).
+    Each epoch shuffles the n records and cuts m = :func:`steps_per_epoch` (q) batches of
+    b = n·q from the permutation: the canary's rank is uniform over the n places, so it is
+    in batch i (step i of the epoch) with probability b/n = q for each i < m, and in the
+    dropped remainder with probability 1 − m·q (0 when 1/q is an integer); it is never in
+    two batches of one epoch. A last, partial epoch of r < m steps runs the first r
+    batches of its shuffle. Per step the canary's coordinate is N(0, σ²) without the
+    canary and N(1, σ²) at its step (C = 1). Each step's observation thus has the Poisson
+    run's marginal law, (1 − q)N(0, σ²) + qN(1, σ²); only the joint law differs (at most
+    one canary step per epoch instead of Binomial(m, q)). The score is the one dpaudit
+    computes from what was accounted: the sum of the per-step log-likelihood ratios at the
+    claimed q and σ (:func:`dpaudit.theory.whitebox.mixture_log_likelihood_ratio`).
 
     Returns:
         ``(negative scores, positive scores)``.
     """
-    m = steps_per_epoch(sampling_rate)
+    q = check_in_interval("sampling_rate", sampling_rate, 0.0, 1.0, low_open=True)
+    m = steps_per_epoch(q)
     epochs = -(-steps // m)
     out = rng.normal(0.0, noise_multiplier, (models, steps))
     inc = rng.normal(0.0, noise_multiplier, (models, steps))
-    at = rng.integers(0, m, (models, epochs)) + m * np.arange(epochs)[None, :]
+    # the canary's batch in each epoch's shuffle: ⌊rank/b⌋ with rank/n uniform on [0, 1)
+    batch = np.floor(rng.random((models, epochs)) / q).astype(np.int64)
+    at = batch + m * np.arange(epochs)[None, :]
     rows = np.broadcast_to(np.arange(models)[:, None], at.shape)
-    ran = at < steps
+    ran = (batch < m) & (at < steps)
     inc[rows[ran], at[ran]] += 1.0
 
     def score(x: np.ndarray) -> np.ndarray:

@@ -37,7 +37,7 @@ class ShufflePlan:
     Attributes:
         curve: the sequential claim-curve test's models per arm (simulated).
         batch_sizes: the grey-box batch-size check's batches and models.
-        steps_per_epoch: round(1/q), the steps of one shuffled epoch.
+        steps_per_epoch: ⌊1/q⌋, the steps of one shuffled epoch.
     """
 
     curve: CurvePlan
