@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "plan_one_run": "dpaudit.planning",
     "plan_sequential_beside_fixed": "dpaudit.sequential",
     "plan_sequential_curve": "dpaudit.sequential.curve",
+    "plan_shuffled_run": "dpaudit.sequential.shuffle",
     "plan_trials": "dpaudit.planning",
     "render_report_file": "dpaudit.report",
     "run_session": "dpaudit.session",
@@ -54,6 +55,7 @@ __all__ = [
     "plan_one_run",
     "plan_sequential_beside_fixed",
     "plan_sequential_curve",
+    "plan_shuffled_run",
     "plan_trials",
     "render_report_file",
     "run_session",
@@ -79,4 +81,5 @@ if TYPE_CHECKING:  # the names as static type checkers should see them
     from dpaudit.report.profile_plots import write_profile_figure
     from dpaudit.sequential import plan_sequential_beside_fixed
     from dpaudit.sequential.curve import plan_sequential_curve
+    from dpaudit.sequential.shuffle import plan_shuffled_run
     from dpaudit.session import run_session

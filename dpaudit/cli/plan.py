@@ -5,7 +5,8 @@ Each form of the command is one call of the planning library: an audit file's pl
 (:func:`dpaudit.planning.plan_trials`), a one-run design's guesses
 (:func:`dpaudit.planning.plan_one_run`), or a sequential design's trials by simulation
 (:func:`dpaudit.sequential.plan_sequential`,
-:func:`dpaudit.sequential.curve.plan_sequential_curve`).
+:func:`dpaudit.sequential.curve.plan_sequential_curve`,
+:func:`dpaudit.sequential.shuffle.plan_shuffled_run`).
 """
 
 from __future__ import annotations
@@ -123,6 +124,22 @@ def plan_command(
         float, typer.Option("--sampling-rate", help="sequential, --dpsgd-sigma: q.")
     ] = 1.0,
     steps: Annotated[int, typer.Option("--steps", help="sequential, --dpsgd-sigma: T.")] = 1,
+    run_sampling: Annotated[
+        str,
+        typer.Option(
+            "--run-sampling",
+            help="sequential, --dpsgd-sigma: how the run forms its batches, poisson (as "
+            "claimed) or shuffled (fixed batches, each record once per epoch).",
+        ),
+    ] = "poisson",
+    dataset_size: Annotated[
+        int | None,
+        typer.Option(
+            "--dataset-size",
+            help="--run-sampling shuffled: n, the records shuffled into batches of n·q "
+            "(plans the grey-box batch-size check).",
+        ),
+    ] = None,
 ) -> None:
     """Trials per arm (or one-run guesses) an ideal attack needs to certify --target.
 
@@ -141,6 +158,13 @@ def plan_command(
         )
     if timed and audit_file is None:
         raise fail("--time times an audit file's kind: give FILE")
+    if run_sampling not in ("poisson", "shuffled"):
+        raise fail(f"--run-sampling must be 'poisson' or 'shuffled'. Got {run_sampling!r}.")
+    if run_sampling == "shuffled" and not (sequential and dpsgd_sigma is not None):
+        raise fail(
+            "--run-sampling shuffled plans the claim-curve test of white-box DP-SGD by "
+            "simulation: give --sequential and --dpsgd-sigma (the σ claimed and run)."
+        )
     if sequential:
         _sequential(
             target=target,
@@ -158,6 +182,8 @@ def plan_command(
             run_sigma=run_sigma,
             sampling_rate=sampling_rate,
             steps=steps,
+            run_sampling=run_sampling,
+            dataset_size=dataset_size,
             as_json=as_json,
         )
         return
@@ -300,11 +326,29 @@ def _sequential(
     run_sigma: float | None,
     sampling_rate: float,
     steps: int,
+    run_sampling: str,
+    dataset_size: int | None,
     as_json: bool,
 ) -> None:
     """``dpaudit plan --sequential``: trials to stop, simulated; the fixed plan beside. With
     ``--dpsgd-sigma``: models per arm the sequential claim-curve test of white-box DP-SGD
-    needs to refute a run at ``--run-sigma``, simulated from the exact law."""
+    needs to refute a run at ``--run-sigma`` (or one that shuffles fixed batches,
+    ``--run-sampling shuffled``), simulated from the exact law."""
+    if dpsgd_sigma is not None and run_sampling == "shuffled":
+        _shuffled(
+            sigma=dpsgd_sigma,
+            run_sigma=run_sigma,
+            sampling_rate=sampling_rate,
+            steps=steps,
+            dataset_size=dataset_size,
+            level=confidence_level,
+            round_trials=round_trials,
+            max_trials=max_trials,
+            repeats=repeats,
+            seed=seed,
+            as_json=as_json,
+        )
+        return
     if dpsgd_sigma is not None:
         if run_sigma is None:
             raise fail(
@@ -373,4 +417,68 @@ def _sequential(
         + ", ".join(f"{k} {v:.0%}" for k, v in plan.stop_share.items())
         + f"; the fixed split plan for the same goal: {fixed} trials per arm.",
         markup=False,
+    )
+
+
+def _shuffled(
+    *,
+    sigma: float,
+    run_sigma: float | None,
+    sampling_rate: float,
+    steps: int,
+    dataset_size: int | None,
+    level: float,
+    round_trials: int,
+    max_trials: int,
+    repeats: int,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """``dpaudit plan --sequential --dpsgd-sigma S --run-sampling shuffled``: models per arm
+    the claim-curve test needs, and batch sizes the grey-box check needs, to refute a run
+    that shuffles fixed batches against the Poisson claim."""
+    if run_sigma is not None:
+        raise fail(
+            "--run-sampling shuffled plans a run at the claimed σ (--dpsgd-sigma) that "
+            "shuffles its batches: drop --run-sigma, or plan the σ mismatch without "
+            "--run-sampling."
+        )
+    if dataset_size is None:
+        raise fail(
+            "--run-sampling shuffled also plans the grey-box batch-size check: give "
+            "--dataset-size (n, the records the run shuffles into batches of n·q)."
+        )
+    try:
+        plan = lib.plan_shuffled_run(
+            noise_multiplier=sigma,
+            sampling_rate=sampling_rate,
+            steps=steps,
+            dataset_size=dataset_size,
+            level=level,
+            round_trials=round_trials,
+            max_trials=max_trials,
+            repeats=repeats,
+            seed=seed,
+        )
+    except DpauditError as exc:
+        raise fail(str(exc)) from None
+    if as_json:
+        console.print_json(json.dumps(plan.to_dict()))
+        return
+    curve, sizes = plan.curve, plan.batch_sizes
+    grey = (
+        "the grey-box batch-size check never fails (q = 1: full batches are the claim)"
+        if sizes.batches is None
+        else f"the grey-box batch-size check fails after {sizes.batches} batch sizes "
+        f"({sizes.models} model{'s' if sizes.models != 1 else ''} of {sizes.steps} steps; "
+        f"n {sizes.dataset_size}, batches of {sizes.batch_size}, p = {sizes.p_value:.3g})"
+    )
+    out(
+        f"shuffled fixed batches claimed as Poisson (white-box DP-SGD σ {sigma:g}, q "
+        f"{curve.sampling_rate:g}, T {curve.steps}, epochs of {plan.steps_per_epoch} steps; "
+        f"rounds of {curve.round_trials}, cap {curve.max_trials}, level {curve.level:g}): "
+        f"the sequential claim curve stops after a median {curve.median_trials:.0f}, mean "
+        f"{curve.mean_trials:.0f}, 95th percentile {curve.p95_trials:.0f} models per arm over "
+        f"{curve.repeats} simulated audits (seed {curve.seed}), refuted in "
+        f"{curve.detected:.0%}; {grey}."
     )

@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from scipy import special
@@ -66,7 +66,7 @@ from dpaudit.bounds.claim_curve import (
     dpsgd_claim,
     effective_noise_multiplier,
 )
-from dpaudit.errors import DpauditError, check_in_interval, check_integer
+from dpaudit.errors import DpauditError, check_choice, check_in_interval, check_integer
 from dpaudit.sequential import RoundPoint, feed_rounds, rate_upper_limit, tuned_concentration
 from dpaudit.stats import ConfidenceInterval
 from dpaudit.theory import gdp_epsilon
@@ -75,9 +75,11 @@ from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
 __all__ = [
     "CURVE_METHOD",
     "FPR_LEVELS",
+    "RUN_SAMPLINGS",
     "CurvePlan",
     "CurvePoint",
     "CurveRule",
+    "RunSampling",
     "SequentialCurveTest",
     "curve_path",
     "curve_thresholds",
@@ -85,6 +87,8 @@ __all__ = [
     "dpsgd_curve_rule",
     "dpsgd_decision_sigma",
     "plan_sequential_curve",
+    "shuffled_dpsgd_scores",
+    "steps_per_epoch",
     "whitebox_dpsgd_scores",
 ]
 
@@ -93,6 +97,11 @@ __all__ = [
 FPR_LEVELS: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3)
 #: The method label of a sequential claim-curve bound.
 CURVE_METHOD = "claim-curve-cs"
+
+#: How a simulated run forms its batches: Poisson sampling (what the claim accounts) or
+#: shuffling into fixed batches (each record once per epoch).
+RunSampling = Literal["poisson", "shuffled"]
+RUN_SAMPLINGS: tuple[RunSampling, ...] = ("poisson", "shuffled")
 
 
 # ------------------------------------------------------------------------- the rule
@@ -453,6 +462,63 @@ def whitebox_dpsgd_scores(
     return score(out), score(inc)
 
 
+def steps_per_epoch(sampling_rate: float) -> int:
+    """Steps in one epoch of a run that shuffles n records into batches of b = n·q:
+    ⌊1/q⌋ = ⌊n/b⌋ (the remainder of n − ⌊n/b⌋·b records dropped, as a data loader with
+    ``drop_last`` does), the rule of dpaudit's training engine
+    (``dpaudit.training.sampling.steps_from_rate``, with its 1e-9 for rates such as 0.01;
+    not imported: the statistics core stands below the engine)."""
+    q = check_in_interval("sampling_rate", sampling_rate, 0.0, 1.0, low_open=True)
+    return max(1, math.floor(1.0 / q + 1e-9))
+
+
+def shuffled_dpsgd_scores(
+    rng: np.random.Generator,
+    models: int,
+    *,
+    noise_multiplier: float,
+    sampling_rate: float,
+    steps: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """White-box canary scores of ``models`` runs per arm that SHUFFLE fixed batches while
+    the claim (and the score) assume Poisson sampling at rate q, drawn from the exact law.
+
+    Each epoch shuffles the n records and cuts m = :func:`steps_per_epoch` (q) batches of
+    b = n·q from the permutation: the canary's rank is uniform over the n places, so it is
+    in batch i (step i of the epoch) with probability b/n = q for each i < m, and in the
+    dropped remainder with probability 1 − m·q (0 when 1/q is an integer); it is never in
+    two batches of one epoch. A last, partial epoch of r < m steps runs the first r
+    batches of its shuffle. Per step the canary's coordinate is N(0, σ²) without the
+    canary and N(1, σ²) at its step (C = 1). Each step's observation thus has the Poisson
+    run's marginal law, (1 − q)N(0, σ²) + qN(1, σ²); only the joint law differs (at most
+    one canary step per epoch instead of Binomial(m, q)). The score is the one dpaudit
+    computes from what was accounted: the sum of the per-step log-likelihood ratios at the
+    claimed q and σ (:func:`dpaudit.theory.whitebox.mixture_log_likelihood_ratio`).
+
+    Returns:
+        ``(negative scores, positive scores)``.
+    """
+    q = check_in_interval("sampling_rate", sampling_rate, 0.0, 1.0, low_open=True)
+    m = steps_per_epoch(q)
+    epochs = -(-steps // m)
+    out = rng.normal(0.0, noise_multiplier, (models, steps))
+    inc = rng.normal(0.0, noise_multiplier, (models, steps))
+    # the canary's batch in each epoch's shuffle: ⌊rank/b⌋ with rank/n uniform on [0, 1)
+    batch = np.floor(rng.random((models, epochs)) / q).astype(np.int64)
+    at = batch + m * np.arange(epochs)[None, :]
+    rows = np.broadcast_to(np.arange(models)[:, None], at.shape)
+    ran = (batch < m) & (at < steps)
+    inc[rows[ran], at[ran]] += 1.0
+
+    def score(x: np.ndarray) -> np.ndarray:
+        llr = mixture_log_likelihood_ratio(
+            x, sampling_rate=sampling_rate, noise_multiplier=noise_multiplier, clipping_norm=1.0
+        )
+        return np.asarray(llr.sum(axis=1), dtype=float)
+
+    return score(out), score(inc)
+
+
 @dataclass(frozen=True)
 class CurvePlan:
     """What a sequential claim-curve test of DP-SGD is expected to cost, by seeded
@@ -466,6 +532,8 @@ class CurvePlan:
         run_noise_multiplier: the σ the simulated run has.
         sampling_rate, steps: q and T of both.
         level, round_trials, max_trials, repeats, seed: the design and the simulation.
+        run_sampling: how the simulated run forms its batches (``"poisson"``, as the
+            claim, or ``"shuffled"`` fixed batches).
     """
 
     median_trials: float
@@ -481,6 +549,7 @@ class CurvePlan:
     max_trials: int
     repeats: int
     seed: int
+    run_sampling: RunSampling = "poisson"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -489,7 +558,7 @@ class CurvePlan:
 def plan_sequential_curve(
     *,
     noise_multiplier: float,
-    run_noise_multiplier: float,
+    run_noise_multiplier: float | None = None,
     sampling_rate: float,
     steps: int,
     level: float = 0.95,
@@ -497,12 +566,15 @@ def plan_sequential_curve(
     max_trials: int = 5000,
     repeats: int = 20,
     seed: int = 0,
+    run_sampling: RunSampling = "poisson",
 ) -> CurvePlan:
     """Models per arm a sequential claim-curve test of DP-SGD(σ, q, T) needs to refute a
-    run that has ``run_noise_multiplier`` instead, white-box with a Dirac canary,
-    simulated from the exact law (:func:`whitebox_dpsgd_scores`; seeded: the same call
-    gives the same plan). The test is the audit's (:func:`dpsgd_curve_rule`, tuned for
-    20 rounds); the ε and μ tests that run beside it in an audit can only stop it sooner.
+    run that has ``run_noise_multiplier`` instead (None: σ itself), or that shuffles fixed
+    batches (``run_sampling="shuffled"``), white-box with a Dirac canary, simulated from
+    the exact law (:func:`whitebox_dpsgd_scores`, :func:`shuffled_dpsgd_scores`; seeded:
+    the same call gives the same plan). The test is the audit's (:func:`dpsgd_curve_rule`,
+    tuned for 20 rounds); the ε and μ tests that run beside it in an audit can only stop
+    it sooner.
 
     Raises:
         DpauditError: a bad value.
@@ -511,8 +583,15 @@ def plan_sequential_curve(
         "noise_multiplier", noise_multiplier, 0.0, math.inf, low_open=True, high_open=True
     )
     run = check_in_interval(
-        "run_noise_multiplier", run_noise_multiplier, 0.0, math.inf, low_open=True, high_open=True
+        "run_noise_multiplier",
+        sigma if run_noise_multiplier is None else run_noise_multiplier,
+        0.0,
+        math.inf,
+        low_open=True,
+        high_open=True,
     )
+    sampling = check_choice("run_sampling", run_sampling, RUN_SAMPLINGS)
+    scores = shuffled_dpsgd_scores if sampling == "shuffled" else whitebox_dpsgd_scores
     q = check_in_interval("sampling_rate", sampling_rate, 0.0, 1.0, low_open=True)
     t = check_integer("steps", steps, low=1)
     size = check_integer("round_trials", round_trials, low=2)
@@ -527,7 +606,7 @@ def plan_sequential_curve(
         rng = np.random.default_rng([seed, i])
 
         def draw(rng: np.random.Generator = rng) -> tuple[np.ndarray, np.ndarray]:
-            return whitebox_dpsgd_scores(rng, size, noise_multiplier=run, sampling_rate=q, steps=t)
+            return scores(rng, size, noise_multiplier=run, sampling_rate=q, steps=t)
 
         test = SequentialCurveTest(*draw(), rule)
         while True:
@@ -550,4 +629,5 @@ def plan_sequential_curve(
         max_trials=cap_rounds * size,
         repeats=repeats,
         seed=seed,
+        run_sampling=sampling,
     )
