@@ -202,10 +202,11 @@ epsilon = 1.0
     assert "a [mechanism.search] table (data, neighbours) tries other pairs" in warning
 
 
-def test_the_search_table_fits_an_80_column_log(tmp_path: Path) -> None:
+@pytest.mark.parametrize("audit", ["search-rr-violation", "search-svt-violation"])
+def test_the_search_table_fits_an_80_column_log(tmp_path: Path, audit: str) -> None:
     result = CliRunner().invoke(
         app,
-        ["run", str(AUDITS / "search-rr-violation.toml"), "-o", str(tmp_path / "r")],
+        ["run", str(AUDITS / f"{audit}.toml"), "-o", str(tmp_path / "r")],
         env={"COLUMNS": "80"},
     )
     assert result.exit_code == 1, result.output
@@ -216,9 +217,18 @@ def test_the_search_table_fits_an_80_column_log(tmp_path: Path) -> None:
     # bounds (three pairs, ε and μ) take at most 4 lines each, the labels follow in full
     assert not any("D=[" in line for line in table)
     assert len(table) <= 4 + 6 * 4
-    assert "\nsearch #1 (remove-0): D=[1, 0, 1], D'=[0, 1], event output" in result.output
+    # the table says "search #k" on one line, the pattern and pair below it (the SVT
+    # pairs' "(one-below-rest-above)" folded over 11 lines before)
+    rows = [line for line in table if line.startswith("│search #")]
+    assert len(rows) == len([line for line in table if line.startswith("│search")]) >= 4
+    assert all(line.startswith(("│search #1 ", "│search #2 ", "│search #3 ")) for line in rows)
+    first = {
+        "search-rr-violation": "search #1 (remove-0): D=[1, 0, 1], D'=[0, 1], event output",
+        "search-svt-violation": "search #1 (half-half): D=[1, 1, 1, 1, 1], D'=[0, 0, 2, 2, 2]",
+    }[audit]
+    assert f"\n{first}" in result.output
     # the labels spelled out below the table fit the same 80 columns, wrapped
-    start = result.output.index("\nsearch #1 (remove-0)") + 1
+    start = result.output.index("\nsearch #1 (") + 1
     below = result.output[start:].split("\nPASS")[0].split("\nFAIL")[0].splitlines()
     assert below
     assert max(len(line) for line in below) <= 80

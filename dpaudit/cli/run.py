@@ -78,7 +78,10 @@ _TABLE_LABEL = 24
 
 def summary(result: AuditResult) -> None:
     """The console table of a finished audit: its bounds, checks, warnings and verdict."""
-    table = Table(title=Text(one_line(f"dpaudit: {result.name}")), title_justify="left")
+    # no padding at the outer edges: two more characters for the labels in 80 columns
+    table = Table(
+        title=Text(one_line(f"dpaudit: {result.name}")), title_justify="left", pad_edge=False
+    )
     table.add_column("test", ratio=1, overflow="fold")
     table.add_column("bound", no_wrap=True)
     for col in ("lower", "upper", "tightness"):
@@ -94,8 +97,10 @@ def summary(result: AuditResult) -> None:
     for c in shown:
         head, colon, _ = c.test.partition(": ")
         label = c.test
-        if colon and len(c.test) > _TABLE_LABEL and len(head) <= _TABLE_LABEL:
-            label = head
+        if colon and len(c.test) > _TABLE_LABEL:
+            # "search #2 (one-below-rest-above)": the table says "search #2", the line
+            # below the table the whole label
+            label = head.partition(" (")[0] if len(head) > _TABLE_LABEL // 2 else head
             if c.test not in spelled:
                 spelled.append(c.test)
         upper = "-" if c.upper is None else f"{c.upper:.4g}"
