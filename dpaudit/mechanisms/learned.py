@@ -134,7 +134,10 @@ def one_thread() -> Any:
 
 def _rows(outputs: Any) -> np.ndarray:
     arr = np.asarray(outputs, dtype=float)
-    return arr.reshape(arr.shape[0], -1) if arr.ndim != 1 else arr.reshape(-1, 1)
+    # math.prod, not -1: zero rows of d coordinates stay (0, d)
+    return (
+        arr.reshape(arr.shape[0], math.prod(arr.shape[1:])) if arr.ndim != 1 else arr.reshape(-1, 1)
+    )
 
 
 def fit_score(
