@@ -10,6 +10,8 @@ bytes, looked up in a Python loop): the same scores bit for bit, so the same bou
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -114,7 +116,7 @@ def test_a_learned_bound_on_sparse_vector_outputs_is_the_previous_paths() -> Non
     def new_fit(fn: np.ndarray, fp: np.ndarray) -> learned.LearnedScore:
         return fit_score(fn, fp, learner="counts")
 
-    def old_fit(fn: np.ndarray, fp: np.ndarray):  # noqa: ANN202 - a scorer
+    def old_fit(fn: np.ndarray, fp: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
         return lambda out: reference_counts_score(fn, fp, np.asarray(out, dtype=float))
 
     new = learned_lower_bounds(neg, pos, fit=new_fit, delta=0.0, seed=0)

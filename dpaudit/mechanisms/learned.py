@@ -234,9 +234,10 @@ class ValueTable:
     def __post_init__(self) -> None:
         words = _words(self.values)
         for seed in range(HASH_SEEDS):
-            multipliers = np.random.default_rng([_HASH_STREAM, seed]).integers(
+            drawn = np.random.default_rng([_HASH_STREAM, seed]).integers(
                 0, 2**63, size=words.shape[1], dtype=np.uint64
-            ) * np.uint64(2) + np.uint64(1)
+            )
+            multipliers = np.asarray(drawn * np.uint64(2) + np.uint64(1), dtype=np.uint64)
             hashes = _hash(words, multipliers)
             order = np.argsort(hashes, kind="stable")
             if np.all(np.diff(hashes[order]) != 0):
