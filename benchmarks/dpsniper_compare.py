@@ -22,7 +22,9 @@ the final estimate on both: 2N draws in all, as dpaudit's). Each tool's CPU time
 ``time.process_time`` around the audit in its own process (imports excluded), at one
 thread (``OMP_NUM_THREADS`` etc. = 1, torch's intra-op threads = 1); DP-Sniper's
 probability estimate runs in-process (``PrEstimator(..., use_parallel_executor=False)``),
-so that no worker process escapes the clock. Medians of ``--rounds`` rounds (seeds 0, 1,
+so that no worker process escapes the clock. Before its clock starts, each child runs
+the same audit at :data:`WARM_UP` draws per input (``--cold``: not), so that neither
+tool's first-use imports are timed. Medians of ``--rounds`` rounds (seeds 0, 1,
 ...); wall time and the load average are printed too.
 
 Both bounds are pure-ε lower bounds (δ = 0) at confidence 0.9, DP-Sniper's default:
@@ -57,6 +59,8 @@ ONE_THREAD = {
 }
 HERE = Path(__file__).resolve().parent
 CONFIDENCE = 0.9
+#: Draws per input of the warm-up run each child makes before its clock starts.
+WARM_UP = 20_000
 
 # ------------------------------------------------------------- the mechanisms (numpy)
 #: name → (D, D', output dimension, DP-Sniper class name or None for the one written here)
@@ -94,7 +98,7 @@ FUNCTIONS = {"gaussian": "gaussian", "noisy-max": "noisy_max", "svt": "svt"}
 # ------------------------------------------------------------------------ the children
 
 
-def child_dpaudit(name: str, samples: int, seed: int) -> dict:
+def child_dpaudit(name: str, samples: int, seed: int, *, warm_up: bool) -> dict:
     sys.path.insert(0, str(HERE))  # this file is the audit's plug-in module
     from dpaudit.audit import run_audit
 
@@ -110,6 +114,14 @@ def child_dpaudit(name: str, samples: int, seed: int) -> dict:
             # the verdict's level 1 − 2·(1 − 0.9) puts the ε bound itself at 0.9
             f"[mechanism.claim]\nepsilon = 1.0\n\n[report]\nhtml = false\n"
         )
+        if warm_up:
+            # the same audit at WARM_UP trials first: dpaudit imports scikit-learn, the
+            # bounds and the store on first use, inside run_audit; DP-Sniper's imports
+            # are outside its clock too
+            text = audit.read_text()
+            audit.write_text(text.replace(f"trials = {samples}", f"trials = {WARM_UP}"))
+            run_audit(audit, output_dir=Path(tmp) / "warm-up")
+            audit.write_text(text)
         cpu, wall = time.process_time(), time.perf_counter()
         run_audit(audit, output_dir=Path(tmp) / "run")
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
@@ -124,7 +136,7 @@ def child_dpaudit(name: str, samples: int, seed: int) -> dict:
     }
 
 
-def child_dpsniper(name: str, samples: int, seed: int) -> dict:
+def child_dpsniper(name: str, samples: int, seed: int, *, warm_up: bool) -> dict:
     import random
 
     import torch
@@ -173,6 +185,14 @@ def child_dpsniper(name: str, samples: int, seed: int) -> dict:
             label=name,
         )
         a1, a2 = np.array(d), np.array(d_prime)
+        if warm_up:  # the same steps at WARM_UP draws first (torch's first calls)
+            small = DDConfig(
+                n_train=WARM_UP, n=WARM_UP, n_check=WARM_UP, n_final=WARM_UP, n_processes=1
+            )
+            warm = DPSniper(mechanism, factory, small).best_attack(a1, a2)
+            EpsEstimator(PrEstimator(mechanism, WARM_UP, small, False)).compute_eps_estimate(
+                a1, a2, warm
+            )
         cpu, wall = time.process_time(), time.perf_counter()
         attack = DPSniper(mechanism, factory, config).best_attack(a1, a2)
         estimator = EpsEstimator(PrEstimator(mechanism, part, config, False))
@@ -191,11 +211,12 @@ def child_dpsniper(name: str, samples: int, seed: int) -> dict:
 # ------------------------------------------------------------------------ the driver
 
 
-def _run(python: str, tool: str, name: str, samples: int, seed: int) -> dict:
+def _run(python: str, tool: str, name: str, samples: int, seed: int, warm_up: bool) -> dict:
     env = {**os.environ, **ONE_THREAD}
     if tool == "dpsniper":
         env.pop("PYTHONPATH", None)
     cmd = [python, str(Path(__file__).resolve()), "--child", tool, name, str(samples), str(seed)]
+    cmd += [] if warm_up else ["--cold"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{tool} {name} failed:\n{out.stderr[-3000:]}")
@@ -211,11 +232,14 @@ def main() -> None:
     parser.add_argument("--mechanisms", nargs="*", default=list(PAIRS))
     parser.add_argument("--tools", nargs="*", default=["dpaudit", "dpsniper"])
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--cold", action="store_true", help="no warm-up run: first-use imports are timed"
+    )
     args = parser.parse_args()
     if args.child:
         tool, name, samples, seed = args.child
         run = child_dpaudit if tool == "dpaudit" else child_dpsniper
-        print(json.dumps(run(name, int(samples), int(seed))))
+        print(json.dumps(run(name, int(samples), int(seed), warm_up=not args.cold)))
         return
     pythons = {"dpaudit": sys.executable, "dpsniper": args.dpsniper_python}
     rows = []
@@ -223,7 +247,10 @@ def main() -> None:
     for name in args.mechanisms:
         row: dict = {"mechanism": name}
         for tool in args.tools:
-            runs = [_run(pythons[tool], tool, name, args.samples, s) for s in range(args.rounds)]
+            runs = [
+                _run(pythons[tool], tool, name, args.samples, s, not args.cold)
+                for s in range(args.rounds)
+            ]
             cpu = statistics.median(r["cpu"] for r in runs)
             row[tool] = {
                 "cpu": cpu,
