@@ -165,8 +165,10 @@ def fit_score(
             f"{neg.shape} and {pos.shape}."
         )
     chosen = learner
+    table: tuple[np.ndarray, np.ndarray] | None = None
     if learner == "auto":
-        distinct = _distinct_rows(np.concatenate([neg, pos]))
+        table = distinct_rows(np.concatenate([neg, pos]))
+        distinct = table[0].shape[0]
         pooled = neg.shape[0] + pos.shape[0]
         few = distinct <= DISCRETE_VALUES and distinct * DISCRETE_PER_VALUE <= pooled
         chosen = "counts" if few else "logistic"
@@ -177,14 +179,11 @@ def fit_score(
         "counts": _fit_counts,
     }
     with one_thread():
-        scorer, model, notes = fitters[chosen](neg, pos, seed=seed)
+        if chosen == "counts":  # the table auto has already built, if it has
+            scorer, model, notes = _fit_counts(neg, pos, seed=seed, table=table)
+        else:
+            scorer, model, notes = fitters[chosen](neg, pos, seed=seed)
     return LearnedScore(chosen, learner, neg.shape[0], pos.shape[0], scorer, model, notes)
-
-
-def _distinct_rows(x: np.ndarray) -> int:
-    # + 0.0 turns −0.0 into 0.0, so both are one value as they compare equal; outputs
-    # are finite (the mechanism checks), so equal bytes are equal values and back
-    return int(np.unique(_row_keys(x + 0.0)).size)
 
 
 def distinct_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -441,9 +440,14 @@ def _fit_knn(
 
 
 def _fit_counts(
-    neg: np.ndarray, pos: np.ndarray, *, seed: int
+    neg: np.ndarray,
+    pos: np.ndarray,
+    *,
+    seed: int,
+    table: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[Callable, dict, tuple[str, ...]]:
-    values, inverse = distinct_rows(np.concatenate([neg, pos]))
+    # table: distinct_rows of the pooled outputs (negatives first), if already built
+    values, inverse = table if table is not None else distinct_rows(np.concatenate([neg, pos]))
     n0, n1 = neg.shape[0], pos.shape[0]
     c0 = np.bincount(inverse[:n0], minlength=values.shape[0])
     c1 = np.bincount(inverse[n0:], minlength=values.shape[0])
