@@ -67,6 +67,8 @@ NEWTON_MAX_FEATURES = 500
 PSEUDO_COUNT = 0.5
 #: Coefficients (or values) a learned score's description lists, largest first.
 DESCRIBED = 12
+#: A fitted score scores at most this many rows at a time (its memory is bounded).
+SCORE_CHUNK = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -91,8 +93,16 @@ class LearnedScore:
     warnings: tuple[str, ...] = ()
 
     def __call__(self, outputs: np.ndarray) -> np.ndarray:
+        rows = _rows(outputs)
+        # Every learner scores each row on its own, so scoring in chunks gives the same
+        # bits as scoring at once, and bounds the memory of a learner's features (the
+        # splines hold ~10 columns per coordinate) whatever the number of rows.
         with one_thread():
-            return np.asarray(self.scorer(_rows(outputs)), dtype=float).reshape(-1)
+            parts = [
+                np.asarray(self.scorer(rows[start : start + SCORE_CHUNK]), dtype=float).reshape(-1)
+                for start in range(0, rows.shape[0], SCORE_CHUNK)
+            ]
+        return np.concatenate(parts) if parts else np.zeros(0)
 
     def describe(self) -> dict[str, Any]:
         """The ``learned`` details of a bound: which classifier, fitted how."""
@@ -124,7 +134,10 @@ def one_thread() -> Any:
 
 def _rows(outputs: Any) -> np.ndarray:
     arr = np.asarray(outputs, dtype=float)
-    return arr.reshape(arr.shape[0], -1) if arr.ndim != 1 else arr.reshape(-1, 1)
+    # math.prod, not -1: zero rows of d coordinates stay (0, d)
+    return (
+        arr.reshape(arr.shape[0], math.prod(arr.shape[1:])) if arr.ndim != 1 else arr.reshape(-1, 1)
+    )
 
 
 def fit_score(
@@ -152,8 +165,10 @@ def fit_score(
             f"{neg.shape} and {pos.shape}."
         )
     chosen = learner
+    table: tuple[np.ndarray, np.ndarray] | None = None
     if learner == "auto":
-        distinct = _distinct_rows(np.concatenate([neg, pos]))
+        table = distinct_rows(np.concatenate([neg, pos]))
+        distinct = table[0].shape[0]
         pooled = neg.shape[0] + pos.shape[0]
         few = distinct <= DISCRETE_VALUES and distinct * DISCRETE_PER_VALUE <= pooled
         chosen = "counts" if few else "logistic"
@@ -164,16 +179,115 @@ def fit_score(
         "counts": _fit_counts,
     }
     with one_thread():
-        scorer, model, notes = fitters[chosen](neg, pos, seed=seed)
+        if chosen == "counts":  # the table auto has already built, if it has
+            scorer, model, notes = _fit_counts(neg, pos, seed=seed, table=table)
+        else:
+            scorer, model, notes = fitters[chosen](neg, pos, seed=seed)
     return LearnedScore(chosen, learner, neg.shape[0], pos.shape[0], scorer, model, notes)
 
 
-def _distinct_rows(x: np.ndarray) -> int:
-    # + 0.0 turns −0.0 into 0.0, so both are one value as they compare equal
-    return int(np.unique(x + 0.0, axis=0).shape[0])
+def distinct_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of finite ``x`` (−0.0 read as 0.0) in :func:`numpy.unique`'s
+    order (lexicographic by value), and each row's index among them.
+
+    The same as ``numpy.unique(x + 0.0, axis=0, return_inverse=True)``, at a fraction of
+    its cost: the rows are told apart by their bytes (one memcmp per comparison, not a
+    structured comparison field by field), and only the few distinct rows are put in
+    numpy's order.
+    """
+    rows = x + 0.0
+    _, first, inverse = np.unique(_row_keys(rows), return_index=True, return_inverse=True)
+    values = rows[first]
+    order = np.lexsort(values.T[::-1])  # by the first coordinate, then the second, ...
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return values[order], rank[inverse.reshape(-1)]
 
 
 # ------------------------------------------------------------------------ the learners
+
+
+@dataclass(frozen=True)
+class ValueTable:
+    """The distinct rows of a fitting set, and where any output row falls among them.
+
+    :meth:`index` maps each output row to the position of its value in ``values`` (rows
+    that are all distinct, e.g. those of :func:`distinct_rows`), or to ``len(values)`` for
+    a value never seen, at array speed, with no Python loop over rows or values: a row
+    is its bytes after ``+ 0.0`` (−0.0 is 0.0, as in :func:`distinct_rows`; the outputs
+    are finite), so the match is exactly that of a dictionary keyed by ``row.tobytes()``.
+    Each row's 64-bit words are hashed to one ``uint64`` (a sum of the mixed words times
+    odd multipliers, modulo 2⁶⁴), found by :func:`numpy.searchsorted` among the table's sorted
+    hashes, and the row is then compared word for word with the table row found: equal
+    rows have equal hashes, so a hit is never missed, and the comparison rejects every
+    output that only shares a hash. The multipliers are drawn from fixed seeds until the
+    table's own rows have distinct hashes (for V rows two collide with probability about
+    V²/2⁶⁵; with 10⁵ rows, 3·10⁻¹⁰).
+    """
+
+    values: np.ndarray  # (V, d) distinct rows, + 0.0 applied
+    multipliers: np.ndarray = field(init=False, repr=False)
+    hashes: np.ndarray = field(init=False, repr=False)  # the rows' hashes, sorted
+    position: np.ndarray = field(init=False, repr=False)  # sorted hash → row of values
+
+    def __post_init__(self) -> None:
+        words = _words(self.values)
+        for seed in range(HASH_SEEDS):
+            drawn = np.random.default_rng([_HASH_STREAM, seed]).integers(
+                0, 2**63, size=words.shape[1], dtype=np.uint64
+            )
+            multipliers = np.asarray(drawn * np.uint64(2) + np.uint64(1), dtype=np.uint64)
+            hashes = _hash(words, multipliers)
+            order = np.argsort(hashes, kind="stable")
+            if np.all(np.diff(hashes[order]) != 0):
+                break
+        else:  # pragma: no cover - about 10⁻¹⁰ per seed even for 10⁵ distinct rows
+            raise DpauditError(
+                f"The learned score's table of {words.shape[0]} distinct outputs could not "
+                f"be hashed without a collision under {HASH_SEEDS} seeds."
+            )
+        object.__setattr__(self, "multipliers", multipliers)
+        object.__setattr__(self, "hashes", hashes[order])
+        object.__setattr__(self, "position", order)
+
+    def index(self, out: np.ndarray) -> np.ndarray:
+        """Each row's position in ``values``, ``len(values)`` where it is not there."""
+        words = _words(out + 0.0)
+        hashes = _hash(words, self.multipliers)
+        at = np.minimum(np.searchsorted(self.hashes, hashes), self.hashes.size - 1)
+        row = self.position[at]
+        same = (_words(self.values)[row] == words).all(axis=1)
+        return np.where(same, row, self.values.shape[0])
+
+
+#: Seeds tried, at most, for multipliers that hash a table's rows without a collision.
+HASH_SEEDS = 16
+_HASH_STREAM = 0x5EED
+
+
+def _words(rows: np.ndarray) -> np.ndarray:
+    """A float array's rows as their 64-bit words (the same bytes)."""
+    return np.ascontiguousarray(rows, dtype=np.float64).view(np.uint64)
+
+
+def _hash(words: np.ndarray, multipliers: np.ndarray) -> np.ndarray:
+    # Each word is first mixed by SplitMix64's finaliser (a bijection of 64-bit words,
+    # Steele, Lea, Flood 2014), so that floats whose low bits are all zero, as small
+    # integers' are, still spread over all 64 bits; uint64 products and sums wrap
+    # modulo 2⁶⁴, which is what the hash is.
+    z = words ^ (words >> np.uint64(30))
+    z *= np.uint64(0xBF58476D1CE4E5B9)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
+    z *= multipliers
+    return z.sum(axis=1, dtype=np.uint64)
+
+
+def _row_keys(rows: np.ndarray) -> np.ndarray:
+    """Each row of a float array as one opaque key of its bytes (compared by memcmp)."""
+    rows = np.ascontiguousarray(rows, dtype=float)
+    return rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).reshape(-1)
 
 
 @dataclass(frozen=True)
@@ -326,10 +440,14 @@ def _fit_knn(
 
 
 def _fit_counts(
-    neg: np.ndarray, pos: np.ndarray, *, seed: int
+    neg: np.ndarray,
+    pos: np.ndarray,
+    *,
+    seed: int,
+    table: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[Callable, dict, tuple[str, ...]]:
-    values, inverse = np.unique(np.concatenate([neg, pos]) + 0.0, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    # table: distinct_rows of the pooled outputs (negatives first), if already built
+    values, inverse = table if table is not None else distinct_rows(np.concatenate([neg, pos]))
     n0, n1 = neg.shape[0], pos.shape[0]
     c0 = np.bincount(inverse[:n0], minlength=values.shape[0])
     c1 = np.bincount(inverse[n0:], minlength=values.shape[0])
@@ -337,12 +455,11 @@ def _fit_counts(
     a = PSEUDO_COUNT
     table = np.log((c1 + a) / (n1 + a * cells)) - np.log((c0 + a) / (n0 + a * cells))
     unseen = float(np.log(a / (n1 + a * cells)) - np.log(a / (n0 + a * cells)))
-    lookup = {row.tobytes(): float(s) for row, s in zip(values, table, strict=True)}
+    lookup = ValueTable(values)
+    scores = np.append(table, unseen)  # index len(values): every unseen output
 
     def score(out: np.ndarray) -> np.ndarray:
-        rows, back = np.unique(out + 0.0, axis=0, return_inverse=True)
-        per_row = np.array([lookup.get(r.tobytes(), unseen) for r in rows])
-        return per_row[back.reshape(-1)]
+        return scores[lookup.index(out)]
 
     top = np.argsort(-(c0 + c1), kind="stable")[:DESCRIBED]
     description = {
