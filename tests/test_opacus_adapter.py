@@ -229,10 +229,8 @@ def test_captured_warnings_are_counted_by_category_and_message() -> None:
 SIGNATURE_ERROR = (
     "@opacus_trainer cannot call train{shown}: it calls fn(X, y) (float32 features, int64 "
     "labels) or fn(dataset) (a torch Dataset of (features, label) pairs) and needs the "
-    "trained model back. For example:\n"
-    "    @opacus_trainer\n"
-    "    def train(X, y):\n"
-    "        ...  # build the model, optimizer and DataLoader, make_private, train; return model"
+    "trained model back; for example, def train(X, y): build the model, optimizer and "
+    "DataLoader, call make_private, train, and return the model."
 )
 
 
@@ -251,6 +249,35 @@ def test_a_function_of_another_shape_gets_the_accepted_signatures(source: str, s
     with pytest.raises(ConfigError) as error:
         opacus_trainer(namespace["train"])
     assert str(error.value) == SIGNATURE_ERROR.format(shown=shown)
+
+
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_an_audit_naming_a_function_of_another_shape_exits_2_with_the_signatures(
+    command: str, tmp_path: Path
+) -> None:
+    """``[dpsgd] trainer`` naming an ``@opacus_trainer`` function of another shape: the
+    module fails to import at decoration, and the command says so in one line, exit 2."""
+    (tmp_path / "plugs").mkdir()
+    (tmp_path / "plugs" / "__init__.py").write_text("")
+    (tmp_path / "plugs" / "bad.py").write_text(
+        "from dpaudit.opacus_adapter import opacus_trainer\n\n\n"
+        "@opacus_trainer\n"
+        "def train(model, optimizer, loader, epochs):\n"
+        "    return model\n"
+    )
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        _audit(tmp_path, "correct")
+        .read_text()
+        .replace("plugins_opacus.loops:correct", "plugs.bad:train")
+    )
+    args = [command, str(path)] + (["-o", str(tmp_path / "run")] if command == "run" else [])
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        "error: " + SIGNATURE_ERROR.format(shown="(model, optimizer, loader, epochs)")
+    ]
+    assert not (tmp_path / "run" / "results.json").exists()
 
 
 def test_the_canary_row_follows_the_loaders_own_batches() -> None:
@@ -296,9 +323,7 @@ def test_the_canary_row_follows_the_loaders_own_batches() -> None:
 # ------------------------------------------------------------------- audits, exit codes
 
 
-def _audit(
-    tmp_path: Path, trainer: str, seed: int = 0, options: str = "", dpsgd: str = ""
-) -> Path:
+def _audit(tmp_path: Path, trainer: str, seed: int = 0, options: str = "", dpsgd: str = "") -> Path:
     if not (tmp_path / "plugins_opacus").exists():
         shutil.copytree(PLUGINS, tmp_path / "plugins_opacus")
     path = tmp_path / f"{trainer}-{seed}.toml"

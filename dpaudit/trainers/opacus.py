@@ -207,16 +207,17 @@ _NOT_DATA = frozenset({"model", "net", "network", "module", "optimizer", "privac
 
 
 def _signature_error(fn: Callable[..., Any], shown: str) -> ConfigError:
-    """The one error for a function of a shape the adapter cannot call, with an example."""
+    """The one error for a function of a shape the adapter cannot call, with an example.
+
+    One line, so that ``dpaudit run`` and ``validate`` print it whole as their one error
+    line (exit 2) when the audit file's trainer is such a function.
+    """
     name = getattr(fn, "__name__", repr(fn))
     return ConfigError(
         f"@opacus_trainer cannot call {name}{shown}: it calls fn(X, y) (float32 features, "
         "int64 labels) or fn(dataset) (a torch Dataset of (features, label) pairs) and "
-        "needs the trained model back. For example:\n"
-        "    @opacus_trainer\n"
-        "    def train(X, y):\n"
-        "        ...  # build the model, optimizer and DataLoader, make_private, train; "
-        "return model"
+        "needs the trained model back; for example, def train(X, y): build the model, "
+        "optimizer and DataLoader, call make_private, train, and return the model."
     )
 
 
