@@ -229,10 +229,8 @@ def test_captured_warnings_are_counted_by_category_and_message() -> None:
 SIGNATURE_ERROR = (
     "@opacus_trainer cannot call train{shown}: it calls fn(X, y) (float32 features, int64 "
     "labels) or fn(dataset) (a torch Dataset of (features, label) pairs) and needs the "
-    "trained model back. For example:\n"
-    "    @opacus_trainer\n"
-    "    def train(X, y):\n"
-    "        ...  # build the model, optimizer and DataLoader, make_private, train; return model"
+    "trained model back; for example, def train(X, y): build the model, optimizer and "
+    "DataLoader, call make_private, train, and return the model."
 )
 
 
@@ -251,6 +249,35 @@ def test_a_function_of_another_shape_gets_the_accepted_signatures(source: str, s
     with pytest.raises(ConfigError) as error:
         opacus_trainer(namespace["train"])
     assert str(error.value) == SIGNATURE_ERROR.format(shown=shown)
+
+
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_an_audit_naming_a_function_of_another_shape_exits_2_with_the_signatures(
+    command: str, tmp_path: Path
+) -> None:
+    """``[dpsgd] trainer`` naming an ``@opacus_trainer`` function of another shape: the
+    module fails to import at decoration, and the command says so in one line, exit 2."""
+    (tmp_path / "plugs").mkdir()
+    (tmp_path / "plugs" / "__init__.py").write_text("")
+    (tmp_path / "plugs" / "bad.py").write_text(
+        "from dpaudit.opacus_adapter import opacus_trainer\n\n\n"
+        "@opacus_trainer\n"
+        "def train(model, optimizer, loader, epochs):\n"
+        "    return model\n"
+    )
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        _audit(tmp_path, "correct")
+        .read_text()
+        .replace("plugins_opacus.loops:correct", "plugs.bad:train")
+    )
+    args = [command, str(path)] + (["-o", str(tmp_path / "run")] if command == "run" else [])
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        "error: " + SIGNATURE_ERROR.format(shown="(model, optimizer, loader, epochs)")
+    ]
+    assert not (tmp_path / "run" / "results.json").exists()
 
 
 def test_the_canary_row_follows_the_loaders_own_batches() -> None:
@@ -296,7 +323,7 @@ def test_the_canary_row_follows_the_loaders_own_batches() -> None:
 # ------------------------------------------------------------------- audits, exit codes
 
 
-def _audit(tmp_path: Path, trainer: str, seed: int = 0, options: str = "") -> Path:
+def _audit(tmp_path: Path, trainer: str, seed: int = 0, options: str = "", dpsgd: str = "") -> Path:
     if not (tmp_path / "plugins_opacus").exists():
         shutil.copytree(PLUGINS, tmp_path / "plugins_opacus")
     path = tmp_path / f"{trainer}-{seed}.toml"
@@ -313,7 +340,7 @@ canary = "dirac"
 threat_model = "white-box"
 trials = {TRIALS}
 options = {{ epsilon = 5.47, delta = 1e-5{options} }}
-
+{dpsgd}
 [report]
 html = false
 """,
@@ -354,6 +381,73 @@ def test_the_correct_loop_exits_0(seed: int, tmp_path: Path) -> None:
     code, results = _run(_audit(tmp_path, "correct", seed=seed))
     assert code == 0, [c for c in results["checks"] if not c["passed"]]
     assert results["tests"][0]["dpsgd"]["trainer_libraries"]["opacus"]
+
+
+def test_library_warnings_reach_results_json_once_per_run_and_verify_agrees(
+    tmp_path: Path,
+) -> None:
+    """Opacus warns "Secure RNG turned off" once per PrivacyEngine, so once per model: over
+    four work units (10, 10, 10 and 2 models) results.json holds ONE line for it, 32 times
+    over 32 models, and ``dpaudit verify`` recomputes the same warnings from the units."""
+    path = _audit(tmp_path, "correct", dpsgd="models_per_unit = 10\n")
+    code, results = _run(path)
+    run_dir = path.parent / f"run-{path.stem}"
+    assert code == 0
+    assert len(list(run_dir.rglob("dpsgd-0000*.npz"))) == 4
+    secure = [line for line in results["warnings"] if "Secure RNG" in line]
+    assert len(secure) == 1, results["warnings"]
+    assert re.fullmatch(
+        r"UserWarning raised 32 times over 32 models at opacus/privacy_engine\.py:\d+, captured "
+        r'rather than shown: "Secure RNG turned off\. This is perfectly fine .*"',
+        secure[0],
+    )
+    captured = [line for line in results["warnings"] if "captured rather than shown" in line]
+    assert len(captured) == len(set(captured))
+    # Opacus' warning and torch's "Full backward hook" (once per step), each one line
+    assert len(captured) == 2, captured
+    assert all(re.search(r" raised \d+ times over 32 models at ", line) for line in captured)
+    verified = CliRunner().invoke(app, ["verify", str(run_dir)])
+    assert verified.exit_code == 0, verified.output
+
+
+def test_trainer_messages_of_several_units_are_joined_into_one_line_each() -> None:
+    """Counts summed, distinct printed lines joined (a line two units printed counts once),
+    the first line of the first unit that printed, one line per distinct warning with
+    where it was first raised; the arrays a unit stores give the messages back."""
+    from dpaudit.trainers import CapturedOutput, TrainerMessages
+
+    def unit(printed: list[str], warned: list[str], *, coined: int = 0) -> dict:
+        output = CapturedOutput()
+        with output.capture(), output.capture_warnings():
+            for line in printed:
+                print(line)
+            for message in warned:
+                warnings.warn(message, RuntimeWarning, stacklevel=1)
+        messages = output.messages("loop", 2, coined=coined, holding=1)
+        arrays = messages.to_arrays()
+        assert TrainerMessages.from_arrays([arrays]) == messages
+        return arrays
+
+    joined = TrainerMessages.from_arrays(
+        [
+            unit([], ["overflow"]),
+            unit(["epoch 1", "epoch 2"], ["overflow", "nan"], coined=1),
+            unit(["epoch 1"], []),
+            {"scores": np.zeros(2)},  # a unit stored without messages is passed over
+        ]
+    )
+    assert joined is not None
+    lines = [re.sub(r" at \S+:\d+", "", line) for line in joined.lines()]
+    assert lines == [
+        "The training function 'loop' printed 3 lines (2 distinct) over 6 models, captured "
+        'rather than shown; the first: "epoch 1"',
+        'RuntimeWarning raised 2 times over 6 models, captured rather than shown: "overflow"',
+        'RuntimeWarning raised 1 time over 6 models, captured rather than shown: "nan"',
+        "The Dirac canary's inclusion was decided by a coin with the loader's q in 1 of 3 "
+        "models that hold it: their batches could not be followed from 'loop''s DataLoader "
+        "to the optimizer's steps, so the sampling that ran did not decide it.",
+    ]
+    assert TrainerMessages.from_arrays([{"scores": np.zeros(2)}]) is None
 
 
 def test_a_black_box_canary_is_a_row_of_the_models_that_hold_it() -> None:

@@ -130,7 +130,10 @@ def test_the_tutorial_audit_exits_0_prints_progress_in_models_and_not_the_loop(
         )
     assert result.exit_code == 0, result.output
     assert len([w for w in caught if "printed" in str(w.message)]) == 1  # once, not 32 times
-    assert "Train Epoch" not in result.output
+    # The loop's own lines are not shown; the run's warnings quote its first line once.
+    quoted = [line for line in result.output.splitlines() if "Train Epoch" in line]
+    assert len(quoted) == 1, quoted
+    assert re.match("warning: " + summary.removeprefix("^"), quoted[0]), quoted
     lines = result.output.splitlines()
     # One unit of 32 models: a line at each tenth of them (4, 7, 10, ... of 32), then the
     # unit's own line.
@@ -144,6 +147,11 @@ def test_the_tutorial_audit_exits_0_prints_progress_in_models_and_not_the_loop(
     assert progress[-1].startswith("training canary models: 1/1 units (100%), ")
     results = json.loads((run_dir / "results.json").read_text())
     _assert_checks_passed(results)
+    # The same summary, once, in the run's warnings (and so in its report)
+    assert [w for w in results["warnings"] if re.match(summary, w)] == [
+        w for w in results["warnings"] if "printed" in w
+    ]
+    assert len([w for w in results["warnings"] if re.match(summary, w)]) == 1
     # The upper bound is read from what Opacus ran: q = 1/4, 8 steps, σ = 1 (as opacus.toml):
     # ε for the ε bound and the claim-curve test, the μ bracket's high end for μ. The
     # reference is the accountant on those numbers in this process (ε ≈ 5.4576, μ ≈ 1.4287):

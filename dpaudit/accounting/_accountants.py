@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_VALUE_DISCRETIZATION_INTERVAL",
     "MAX_PLD_POINTS",
     "MAX_PLD_SPAN",
+    "WIDE_PLD_POINTS",
     "calibrate_noise",
     "delta",
     "dpsgd_epsilon",
@@ -81,6 +82,14 @@ DEFAULT_VALUE_DISCRETIZATION_INTERVAL = 1e-4
 # above: 489.9048 at 1e-4, 489.9056 at 1e-2). Supports up to 100 nats keep the default
 # step, and with it every ε and μ bracket computed before this limit existed.
 MAX_PLD_POINTS = 1_000_000
+# Loss points a composed PLD keeps when its support is wider than the default step allows
+# (more than MAX_PLD_POINTS · step = 100 nats; see pld_discretization). Memory follows the
+# points (each composition's FFT holds several copies): at MAX_PLD_POINTS, 8 steps of σ =
+# 0.1, q = 1/4 (576 nats) peaked 140 MB above the process against 36 MB at σ = 1 (16 nats,
+# 163,000 points at the default step), so an audit's memory grew as σ fell. At this many
+# points it stays flat; the pessimistic PLD is an upper bound at every step, and at such
+# supports ε is hundreds: ε of the σ = 0.1 run is 398.4 (to 0.01) at either size.
+WIDE_PLD_POINTS = 100_000
 # Widest PLD loss step used (nats): dp-accounting's connect-the-dots divides by
 # e^step − 1, which overflows past 709. A run that needs a wider one is bounded without a
 # PLD (see _TooWideForPLD).
@@ -267,8 +276,10 @@ def pld_discretization(
 ) -> float | None:
     """The PLD loss step for ``event``: ``requested``, unless the composed loss support
     would then hold more than :data:`MAX_PLD_POINTS` points; then the step that keeps it
-    at about that many; ``None`` when even a step of ``_MAX_STEP`` nats would not (the
-    run's losses span more than 10⁸ nats: σ ≲ 0.004 with hundreds of sampled steps).
+    at about :data:`WIDE_PLD_POINTS` (at most ``_MAX_STEP`` nats, so between those two
+    sizes); ``None`` when even a step of ``_MAX_STEP`` nats would not keep it within
+    :data:`MAX_PLD_POINTS` (the run's losses span more than 10⁸ nats: σ ≲ 0.004 with
+    hundreds of sampled steps).
 
     Only runs of Gaussian steps are sized (DP-SGD and DP-GD); other events keep
     ``requested``. T Gaussian steps without subsampling are one Gaussian of σ/√T to
@@ -300,8 +311,9 @@ def pld_discretization(
         span = _probe_span(sigma, q, t, single)
     if span <= MAX_PLD_POINTS * requested:
         return requested
-    step = span / MAX_PLD_POINTS
-    return step if step <= _MAX_STEP else None
+    if span > MAX_PLD_SPAN:
+        return None
+    return min(span / WIDE_PLD_POINTS, _MAX_STEP)
 
 
 @functools.lru_cache(maxsize=32)

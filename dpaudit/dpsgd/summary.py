@@ -59,6 +59,7 @@ from dpaudit.results import (
     score_summary,
     theory_curves,
 )
+from dpaudit.trainers.protocol import TrainerMessages
 
 __all__ = [
     "StoredUnits",
@@ -258,8 +259,10 @@ def summarise(
     """Tests, comparisons and grey-box checks of the stored units; in-verdict ones at
     ``level`` (one summary per checkpoint when several models of a run are released)."""
     views = checkpoint_views(outputs)
+    said = _trainer_messages(views)
     if views[0][0] is None:
-        return _summarise_model(s, context, outputs, level=level, label=_label(s))
+        one = _summarise_model(s, context, outputs, level=level, label=_label(s))
+        return replace(one, warnings=one.warnings + said)
     total = s.training.epochs
     parts = [
         _summarise_model(
@@ -271,10 +274,20 @@ def summarise(
         tuple(x for p in parts for x in p.tests),
         tuple(x for p in parts for x in p.comparisons),
         (),
-        tuple(x for p in parts for x in p.warnings),
+        tuple(x for p in parts for x in p.warnings) + said,
         parts[0].data_hash,
         checks=tuple(x for p in parts for x in p.checks),
     )
+
+
+def _trainer_messages(views: list[tuple[int | None, Outputs]]) -> tuple[str, ...]:
+    """What the trainer's user code said over the whole run (every many-run unit, every
+    checkpoint's runs), once: one line for what it printed, one per distinct warning with
+    its count summed over the units, one for the models whose canary was coined
+    (:class:`~dpaudit.trainers.TrainerMessages`)."""
+    parts = [view[u] for _, view in views for u in sorted(view) if u != ONE_RUN_UNIT]
+    messages = TrainerMessages.from_arrays(parts)
+    return () if messages is None else tuple(messages.lines())
 
 
 def _summarise_model(

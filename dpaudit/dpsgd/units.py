@@ -6,8 +6,9 @@ A unit stores only what the trainer gave: one score per model (black-box: minus 
 canary's loss, or the crafted canary's logit shift, or the worst-case pair's exact
 log-likelihood ratio; white-box: the trainer's own score of the Dirac canary), the arm
 flags, what ran (DPSGDRecords through :meth:`~dpaudit.records.DPSGDRecord.to_arrays`,
-or a claim) and the grey-box observations. Every bound is computed after the store
-(:mod:`dpaudit.dpsgd.summary`).
+or a claim), the grey-box observations and what the trainer's user code said (its printed
+lines and warnings, counted: :class:`~dpaudit.trainers.TrainerMessages`). Every bound is
+computed after the store (:mod:`dpaudit.dpsgd.summary`).
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ def dpsgd_unit(spec: DpsgdSpec, unit: str) -> dict[str, np.ndarray]:
             else _worst_case_scores(out, setup.worst_case),
             **_ran_arrays(out),
             **_greybox_arrays(out),
+            **_message_arrays(out),
         }
 
     steps = s.checkpoints
@@ -243,3 +245,9 @@ def _ran_arrays(out: TrainerOutput) -> dict[str, np.ndarray]:
 def _greybox_arrays(out: TrainerOutput) -> dict[str, np.ndarray]:
     """The trainer's grey-box observations as raw unit arrays (none when it gave none)."""
     return {} if out.observations is None else out.observations.to_arrays()
+
+
+def _message_arrays(out: TrainerOutput) -> dict[str, np.ndarray]:
+    """What the trainer's user code said, counted, as raw unit arrays (none when the
+    trainer reports nothing): the run's warnings are read from them after the store."""
+    return {} if out.messages is None else out.messages.to_arrays()

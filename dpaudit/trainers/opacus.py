@@ -109,7 +109,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, overload
 
 import numpy as np
@@ -207,16 +207,17 @@ _NOT_DATA = frozenset({"model", "net", "network", "module", "optimizer", "privac
 
 
 def _signature_error(fn: Callable[..., Any], shown: str) -> ConfigError:
-    """The one error for a function of a shape the adapter cannot call, with an example."""
+    """The one error for a function of a shape the adapter cannot call, with an example.
+
+    One line, so that ``dpaudit run`` and ``validate`` print it whole as their one error
+    line (exit 2) when the audit file's trainer is such a function.
+    """
     name = getattr(fn, "__name__", repr(fn))
     return ConfigError(
         f"@opacus_trainer cannot call {name}{shown}: it calls fn(X, y) (float32 features, "
         "int64 labels) or fn(dataset) (a torch Dataset of (features, label) pairs) and "
-        "needs the trained model back. For example:\n"
-        "    @opacus_trainer\n"
-        "    def train(X, y):\n"
-        "        ...  # build the model, optimizer and DataLoader, make_private, train; "
-        "return model"
+        "needs the trained model back; for example, def train(X, y): build the model, "
+        "optimizer and DataLoader, call make_private, train, and return the model."
     )
 
 
@@ -357,32 +358,28 @@ class OpacusTrainer:
             MODEL_PROGRESS.info(
                 "trained model %d of %d", k + 1, total, extra={"models": (k + 1, total)}
             )
-        summary = output.summary(f"The training function {name!r}", total)
-        if summary is not None:
-            code = getattr(self.fn, "__code__", None)
-            where = (code.co_filename, code.co_firstlineno) if code else (__file__, 0)
-            warnings.warn_explicit(summary, UserWarning, *where)
-        for line in output.warning_summaries(total):
-            warnings.warn_explicit(line, UserWarning, __file__, 0)
         if white:
             #: How each model's canary was put in its batches: "sampler" or "coin".
             self.canary_routes = tuple(r.route for r in runs if r.included)
-            coined = sum(route == "coin" for route in self.canary_routes)
-            if coined:
-                warnings.warn_explicit(
-                    f"The Dirac canary's inclusion was decided by a coin with the loader's q "
-                    f"in {coined} of {len(self.canary_routes)} models that hold it: their "
-                    f"batches could not be followed from {name!r}'s DataLoader to the "
-                    "optimizer's steps, so the sampling that ran did not decide it.",
-                    UserWarning,
-                    __file__,
-                    0,
-                )
             width = max(r.steps for r in runs)
             self.transcripts = np.array(
                 [r.canary_sums + [np.nan] * (width - r.steps) for r in runs], dtype=np.float64
             )
-        return _output(runs, canary, settings.options)
+        messages = output.messages(
+            name,
+            total,
+            coined=sum(route == "coin" for route in self.canary_routes) if white else 0,
+            holding=len(self.canary_routes) if white else 0,
+        )
+        # The same lines go into the run's results.json (summed over the work units, by
+        # the dpsgd kind's summary); as Python warnings they show once per unit.
+        lines = messages.lines()
+        code = getattr(self.fn, "__code__", None)
+        for i, line in enumerate(lines):
+            printed = i == 0 and messages.first is not None
+            where = (code.co_filename, code.co_firstlineno) if printed and code else (__file__, 0)
+            warnings.warn_explicit(line, UserWarning, *where)
+        return replace(_output(runs, canary, settings.options), messages=messages)
 
     def preflight(self, X: np.ndarray, y: np.ndarray, *, white_box: bool) -> None:
         """Run the function once on two of the audit's rows, before any model is trained
