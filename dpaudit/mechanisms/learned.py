@@ -47,6 +47,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.preprocessing import SplineTransformer
+from scipy.interpolate import BSpline
 from threadpoolctl import ThreadpoolController
 
 from dpaudit.errors import DpauditError, check_choice
@@ -69,6 +70,9 @@ PSEUDO_COUNT = 0.5
 DESCRIBED = 12
 #: A fitted score scores at most this many rows at a time (its memory is bounded).
 SCORE_CHUNK = 1 << 16
+#: ``auto`` first counts the distinct rows among this many fitting outputs: more than
+#: :data:`DISCRETE_VALUES` of them decides ``logistic`` without a table of all of them.
+AUTO_PROBE = 4 * DISCRETE_VALUES
 
 
 @dataclass(frozen=True)
@@ -167,10 +171,15 @@ def fit_score(
     chosen = learner
     table: tuple[np.ndarray, np.ndarray] | None = None
     if learner == "auto":
-        table = distinct_rows(np.concatenate([neg, pos]))
-        distinct = table[0].shape[0]
-        pooled = neg.shape[0] + pos.shape[0]
-        few = distinct <= DISCRETE_VALUES and distinct * DISCRETE_PER_VALUE <= pooled
+        pooled = np.concatenate([neg, pos])
+        few = False
+        # More than DISCRETE_VALUES distinct rows among the first few already decides
+        # "logistic": the whole table (a sort of every fitting row) is built only when
+        # the outputs may be few-valued, and the choice is the one the table would make.
+        if _distinct_count(pooled[:AUTO_PROBE]) <= DISCRETE_VALUES:
+            table = distinct_rows(pooled)
+            distinct = table[0].shape[0]
+            few = distinct <= DISCRETE_VALUES and distinct * DISCRETE_PER_VALUE <= len(pooled)
         chosen = "counts" if few else "logistic"
     fitters: dict[str, Callable[..., tuple[Callable, dict, tuple[str, ...]]]] = {
         "logistic": _fit_logistic,
@@ -284,6 +293,11 @@ def _hash(words: np.ndarray, multipliers: np.ndarray) -> np.ndarray:
     return z.sum(axis=1, dtype=np.uint64)
 
 
+def _distinct_count(rows: np.ndarray) -> int:
+    """How many distinct rows ``rows`` holds (−0.0 read as 0.0, as in :func:`distinct_rows`)."""
+    return int(np.unique(_row_keys(rows + 0.0)).size)
+
+
 def _row_keys(rows: np.ndarray) -> np.ndarray:
     """Each row of a float array as one opaque key of its bytes (compared by memcmp)."""
     rows = np.ascontiguousarray(rows, dtype=float)
@@ -350,6 +364,34 @@ class _AdditiveFeatures:
             ]
         )
 
+    def folded(self, coef: np.ndarray, intercept: float) -> _AdditiveScore:
+        """The linear score ``intercept + self(x) @ coef`` as one spline per coordinate.
+
+        Each coordinate's block of fitted coefficients weights its basis functions, and a
+        weighted sum of B-splines on the same knots is itself a B-spline with those
+        weights as its coefficients (de Boor, *A Practical Guide to Splines*, ch. IX):
+        one spline evaluation per coordinate instead of its ~10 basis columns and a
+        product. ``extrapolation="constant"`` sets, below the first knot ``t[k]``, the
+        basis to its values at ``t[k]`` (where only the first ``k`` are not 0), and above
+        the last likewise; the folded spline at ``t[k]`` is the same sum, so clipping
+        each coordinate to ``[t[k], t[-k-1]]`` is the same extrapolation. The value equals
+        the basis-matrix product up to the order of the sum (its last bits).
+        """
+        terms: list[tuple[float, BSpline | None, float, float]] = []
+        at = 0
+        for s in self.splines:
+            if s is None:
+                terms.append((float(coef[at]), None, 0.0, 0.0))
+                at += 1
+                continue
+            basis = s.bsplines_[0]
+            width = basis.c.shape[1]
+            k = int(basis.k)
+            spline = BSpline(basis.t, np.array(coef[at : at + width], dtype=float), k)
+            terms.append((0.0, spline, float(basis.t[k]), float(basis.t[-k - 1])))
+            at += width
+        return _AdditiveScore(self, np.array(coef, dtype=float), float(intercept), tuple(terms))
+
     def describe(self) -> dict[str, Any]:
         splined = sum(s is not None for s in self.splines)
         return {
@@ -360,6 +402,34 @@ class _AdditiveFeatures:
             ),
             "standardisation": self.std.describe(),
         }
+
+
+@dataclass(frozen=True)
+class _AdditiveScore:
+    """A fitted additive logistic score, each coordinate's term one folded spline
+    (:meth:`_AdditiveFeatures.folded`) or a slope times the standardised coordinate."""
+
+    features: _AdditiveFeatures
+    coef: np.ndarray  # the fitted coefficients of the basis columns
+    intercept: float
+    terms: tuple[tuple[float, BSpline | None, float, float], ...]  # slope, spline, lo, hi
+
+    def basis_score(self, x: np.ndarray) -> np.ndarray:
+        """The same score through the basis matrix, as it was fitted (for checks)."""
+        return np.asarray(self.features(x) @ self.coef + self.intercept)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        z = self.features.std(x)
+        if not np.isfinite(z).all():
+            # the basis path rejects what is not finite, with scikit-learn's message
+            self.features(x)
+        total = np.full(z.shape[0], self.intercept)
+        for j, (slope, spline, lo, hi) in enumerate(self.terms):
+            if spline is None:
+                total += slope * z[:, j]
+            else:
+                total += spline(np.clip(z[:, j], lo, hi))
+        return total
 
 
 def _fit_logistic(
@@ -385,8 +455,13 @@ def _fit_logistic(
         if issubclass(w.category, ConvergenceWarning)
     )[:1]
 
-    def score(out: np.ndarray) -> np.ndarray:
-        return model.decision_function(features(out))
+    score: Callable[[np.ndarray], np.ndarray]
+    if features.splines:
+        score = features.folded(model.coef_[0], model.intercept_[0])
+    else:  # linear in every coordinate: the model's own product
+
+        def score(out: np.ndarray) -> np.ndarray:
+            return model.decision_function(features(out))
 
     description = {
         **features.describe(),
