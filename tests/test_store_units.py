@@ -62,8 +62,8 @@ def test_a_compressed_unit_is_read_by_numpy_and_checked(tmp_path: Path) -> None:
     runs = RunStore(tmp_path, "key")
     arrays = _arrays()
     digest = unit_digest("key", "u", arrays)
-    np.savez_compressed(runs.units_dir.mkdir(parents=True) or runs.path("u"), **arrays,
-                        **{DIGEST_KEY: np.array(digest)})
+    runs.units_dir.mkdir(parents=True)
+    np.savez_compressed(runs.path("u"), **arrays, **{DIGEST_KEY: np.array(digest)})
     with zipfile.ZipFile(runs.path("u")) as z:
         assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_DEFLATED}
     got, stored = runs.load_verified("u")
@@ -133,7 +133,8 @@ def test_over_the_budget_only_digests_are_kept_and_every_read_is_checked(
     digests = {f"u{i}": runs.save(f"u{i}", {"x": np.arange(10.0 * (i + 1))}) for i in range(3)}
     assert all(held is None for _, _, held in runs._written.values())
     found, kept = read_back(runs, list(digests), keep_bytes=300)
-    assert found == digests and kept == {}
+    assert found == digests
+    assert kept == {}
     outputs = StoredOutputs(runs, found, cache_bytes=0)
     np.testing.assert_array_equal(outputs["u2"]["x"], np.arange(30.0))
     # a unit changed on disk after it was written is never trusted
@@ -158,5 +159,6 @@ def test_a_unit_is_written_straight_to_its_temporary_file(
 
     monkeypatch.setattr(store, "atomic_write_bytes", spy)
     RunStore(tmp_path, "key").save("u", {"x": np.arange(4.0)})
-    assert len(seen) == 1 and callable(seen[0])
+    assert len(seen) == 1
+    assert callable(seen[0])
     assert not list(tmp_path.rglob("*.tmp"))

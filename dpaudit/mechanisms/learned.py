@@ -17,7 +17,9 @@ The learners:
   score can then be flat in the tails (the Laplace mechanism's likelihood ratio is
   constant beyond its two centres), rise in both tails (outputs under D' more spread) or
   be linear (the Gaussian mechanism's, unary encoding's). Beyond
-  :data:`SPLINE_MAX_DIMENSION` coordinates, the outputs enter linearly.
+  :data:`SPLINE_MAX_DIMENSION` coordinates, the outputs enter linearly. It is fitted on
+  the splines' basis columns and scores through one spline per coordinate, the fitted
+  coefficients folded into it (the same function; its last bits may differ).
 - ``boosting``: gradient-boosted trees (scikit-learn's ``HistGradientBoostingClassifier``)
   on the standardised outputs: any shape, at the cost of a noisier score.
 - ``knn``: the share of D' among the ⌈√n⌉ nearest fitting outputs (standardised), as
@@ -42,12 +44,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy.interpolate import BSpline
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.preprocessing import SplineTransformer
-from scipy.interpolate import BSpline
 from threadpoolctl import ThreadpoolController
 
 from dpaudit.errors import DpauditError, check_choice
@@ -99,8 +101,8 @@ class LearnedScore:
     def __call__(self, outputs: np.ndarray) -> np.ndarray:
         rows = _rows(outputs)
         # Every learner scores each row on its own, so scoring in chunks gives the same
-        # bits as scoring at once, and bounds the memory of a learner's features (the
-        # splines hold ~10 columns per coordinate) whatever the number of rows.
+        # bits as scoring at once, and bounds the memory of a learner's features
+        # whatever the number of rows.
         with one_thread():
             parts = [
                 np.asarray(self.scorer(rows[start : start + SCORE_CHUNK]), dtype=float).reshape(-1)
@@ -200,17 +202,27 @@ def distinct_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order (lexicographic by value), and each row's index among them.
 
     The same as ``numpy.unique(x + 0.0, axis=0, return_inverse=True)``, at a fraction of
-    its cost: the rows are told apart by their bytes (one memcmp per comparison, not a
-    structured comparison field by field), and only the few distinct rows are put in
-    numpy's order.
+    its cost: the rows are told apart by their bytes, first through one 64-bit hash per
+    row (:class:`ValueTable`'s), whose sort is that of integers; every row is then
+    compared with the first row of its hash, and only if two different rows share a hash
+    are the rows sorted by their bytes (one memcmp per comparison) instead. Only the few
+    distinct rows are put in numpy's order, which is therefore the same either way.
     """
     rows = x + 0.0
-    _, first, inverse = np.unique(_row_keys(rows), return_index=True, return_inverse=True)
+    words = _words(rows)
+    multipliers = np.random.default_rng([_HASH_STREAM, 0]).integers(
+        0, 2**63, size=words.shape[1], dtype=np.uint64
+    ) * np.uint64(2) + np.uint64(1)
+    _, first, inverse = np.unique(_hash(words, multipliers), return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    if not (words[first][inverse] == words).all():  # a collision: tell rows by bytes
+        _, first, inverse = np.unique(_row_keys(rows), return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
     values = rows[first]
     order = np.lexsort(values.T[::-1])  # by the first coordinate, then the second, ...
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
-    return values[order], rank[inverse.reshape(-1)]
+    return values[order], rank[inverse]
 
 
 # ------------------------------------------------------------------------ the learners

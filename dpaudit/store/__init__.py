@@ -333,7 +333,10 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
             if dtype.hasobject:
                 raise ValueError(f"array {name!r} holds Python objects")
             data = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
-            if data.nbytes and f.readinto(data.reshape(-1, order="A").view(np.uint8)) != data.nbytes:
+            if (
+                data.nbytes
+                and f.readinto(data.reshape(-1, order="A").view(np.uint8)) != data.nbytes
+            ):
                 raise EOFError(f"array {name!r} is truncated")
             if f.tell() - start != info.file_size:
                 raise ValueError(f"array {name!r} does not fill its member")
