@@ -210,9 +210,10 @@ def distinct_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     rows = x + 0.0
     words = _words(rows)
-    multipliers = np.random.default_rng([_HASH_STREAM, 0]).integers(
+    drawn = np.random.default_rng([_HASH_STREAM, 0]).integers(
         0, 2**63, size=words.shape[1], dtype=np.uint64
-    ) * np.uint64(2) + np.uint64(1)
+    )
+    multipliers = np.asarray(drawn * np.uint64(2) + np.uint64(1), dtype=np.uint64)
     _, first, inverse = np.unique(_hash(words, multipliers), return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
     if not (words[first][inverse] == words).all():  # a collision: tell rows by bytes

@@ -335,7 +335,7 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
             data = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
             if (
                 data.nbytes
-                and f.readinto(data.reshape(-1, order="A").view(np.uint8)) != data.nbytes
+                and f.readinto(data.reshape(-1, order="A").view(np.uint8).data) != data.nbytes
             ):
                 raise EOFError(f"array {name!r} is truncated")
             if f.tell() - start != info.file_size:
