@@ -190,7 +190,9 @@ def test_one_audit_saves_and_decodes_each_unit_once_reads_them_once_and_accounts
     assert result.verdict in ("pass", "fail")
     units = 3  # 80 models, 32 per unit
     assert calls["save"] == units
-    assert calls["load"] == units  # the read-back after saving; the summary reuses it
+    # the units just saved are not decoded again: the arrays their digests were computed
+    # from are handed to the summary (a read from disk, as by verify, checks the digest)
+    assert calls["load"] == 0
     assert calls["read"] == 1  # comparisons and summarise share one reading
     assert calls["greybox"] == 1
     assert calls["pld"] == 1  # one distinct record, however often the summary reads it

@@ -139,6 +139,47 @@ def test_logistic_recovers_the_gaussian_likelihood_ratio_in_two_dimensions() -> 
     assert stats.spearmanr(exact, learned).statistic > 0.995
 
 
+def test_the_folded_spline_score_is_the_basis_matrix_score_inside_and_beyond_the_knots() -> None:
+    # The logistic score evaluates each coordinate's fitted sum of B-spline basis columns
+    # as one spline (the coefficients folded in), clipped to the outermost knots for
+    # scikit-learn's extrapolation="constant". It must equal the basis-matrix product it
+    # was fitted as, up to the order of the sum: within 1e-12 of the sum's own scale
+    # (intercept plus the absolute products), on outputs far beyond the fitted knots too.
+    from dpaudit.mechanisms.learned import _AdditiveScore
+
+    rng = np.random.default_rng(21)
+    n = 20_000
+    neg = np.c_[rng.normal(0.0, 1.0, n), rng.laplace(0.0, 1.0, n), rng.integers(0, 2, n)]
+    pos = np.c_[rng.normal(1.0, 1.0, n), rng.laplace(0.5, 2.0, n), rng.integers(0, 2, n)]
+    fitted = fit_score(neg, pos, learner="logistic")
+    scorer = fitted.scorer
+    assert isinstance(scorer, _AdditiveScore)
+    # the bit enters linearly; the two continuous coordinates through splines
+    assert [spline is None for _, spline, _, _ in scorer.terms] == [False, False, True]
+    m = 50_000
+    far = np.c_[rng.normal(0.0, 8.0, m), rng.laplace(0.0, 10.0, m), rng.integers(-1, 3, m)]
+    (_, _, lo0, hi0), (_, _, lo1, hi1) = scorer.terms[:2]
+    edges = np.array([[lo0, lo1, 0.0], [hi0, hi1, 1.0], [lo0, hi1, 0.0], [hi0, lo1, 1.0]])
+    y = np.concatenate([far, scorer.features.std.mean + edges * scorer.features.std.sd])
+    z = scorer.features.std(y)
+    for j in (0, 1):  # outputs below the first and above the last knot are many
+        _, _, lo, hi = scorer.terms[j]
+        assert (z[:, j] < lo).sum() > 1000
+        assert (z[:, j] > hi).sum() > 1000
+    basis = scorer.features(y)
+    reference = basis @ scorer.coef + scorer.intercept
+    scale = np.abs(basis) @ np.abs(scorer.coef) + abs(scorer.intercept)
+    got = fitted(y)
+    assert np.all(np.abs(got - reference) <= 1e-12 * scale)
+    np.testing.assert_allclose(got, reference, rtol=0, atol=1e-12 * scale.max())
+    # constant beyond the knots: any output below the first knot scores as the knot
+    below = np.c_[np.full(3, -50.0), np.zeros(3), np.zeros(3)]
+    at_knot = below.copy()
+    at_knot[:, 0] = scorer.features.std.mean[0] + lo0 * scorer.features.std.sd[0]
+    assert np.ptp(fitted(below)) == 0.0
+    np.testing.assert_allclose(fitted(below), fitted(at_knot), rtol=0, atol=1e-12 * scale.max())
+
+
 def test_logistic_is_flat_where_the_laplace_likelihood_ratio_is() -> None:
     # Laplace(0, 1) against Laplace(1, 1): the log-likelihood ratio is −1 below 0, 2y − 1
     # on [0, 1] and +1 above 1. The additive spline score must rise on [0, 1] and stay

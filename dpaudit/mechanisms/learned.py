@@ -17,7 +17,9 @@ The learners:
   score can then be flat in the tails (the Laplace mechanism's likelihood ratio is
   constant beyond its two centres), rise in both tails (outputs under D' more spread) or
   be linear (the Gaussian mechanism's, unary encoding's). Beyond
-  :data:`SPLINE_MAX_DIMENSION` coordinates, the outputs enter linearly.
+  :data:`SPLINE_MAX_DIMENSION` coordinates, the outputs enter linearly. It is fitted on
+  the splines' basis columns and scores through one spline per coordinate, the fitted
+  coefficients folded into it (the same function; its last bits may differ).
 - ``boosting``: gradient-boosted trees (scikit-learn's ``HistGradientBoostingClassifier``)
   on the standardised outputs: any shape, at the cost of a noisier score.
 - ``knn``: the share of D' among the ⌈√n⌉ nearest fitting outputs (standardised), as
@@ -42,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy.interpolate import BSpline
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
@@ -69,6 +72,9 @@ PSEUDO_COUNT = 0.5
 DESCRIBED = 12
 #: A fitted score scores at most this many rows at a time (its memory is bounded).
 SCORE_CHUNK = 1 << 16
+#: ``auto`` first counts the distinct rows among this many fitting outputs: more than
+#: :data:`DISCRETE_VALUES` of them decides ``logistic`` without a table of all of them.
+AUTO_PROBE = 4 * DISCRETE_VALUES
 
 
 @dataclass(frozen=True)
@@ -95,8 +101,8 @@ class LearnedScore:
     def __call__(self, outputs: np.ndarray) -> np.ndarray:
         rows = _rows(outputs)
         # Every learner scores each row on its own, so scoring in chunks gives the same
-        # bits as scoring at once, and bounds the memory of a learner's features (the
-        # splines hold ~10 columns per coordinate) whatever the number of rows.
+        # bits as scoring at once, and bounds the memory of a learner's features
+        # whatever the number of rows.
         with one_thread():
             parts = [
                 np.asarray(self.scorer(rows[start : start + SCORE_CHUNK]), dtype=float).reshape(-1)
@@ -167,10 +173,15 @@ def fit_score(
     chosen = learner
     table: tuple[np.ndarray, np.ndarray] | None = None
     if learner == "auto":
-        table = distinct_rows(np.concatenate([neg, pos]))
-        distinct = table[0].shape[0]
-        pooled = neg.shape[0] + pos.shape[0]
-        few = distinct <= DISCRETE_VALUES and distinct * DISCRETE_PER_VALUE <= pooled
+        pooled = np.concatenate([neg, pos])
+        few = False
+        # More than DISCRETE_VALUES distinct rows among the first few already decides
+        # "logistic": the whole table (a sort of every fitting row) is built only when
+        # the outputs may be few-valued, and the choice is the one the table would make.
+        if _distinct_count(pooled[:AUTO_PROBE]) <= DISCRETE_VALUES:
+            table = distinct_rows(pooled)
+            distinct = table[0].shape[0]
+            few = distinct <= DISCRETE_VALUES and distinct * DISCRETE_PER_VALUE <= len(pooled)
         chosen = "counts" if few else "logistic"
     fitters: dict[str, Callable[..., tuple[Callable, dict, tuple[str, ...]]]] = {
         "logistic": _fit_logistic,
@@ -191,17 +202,28 @@ def distinct_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order (lexicographic by value), and each row's index among them.
 
     The same as ``numpy.unique(x + 0.0, axis=0, return_inverse=True)``, at a fraction of
-    its cost: the rows are told apart by their bytes (one memcmp per comparison, not a
-    structured comparison field by field), and only the few distinct rows are put in
-    numpy's order.
+    its cost: the rows are told apart by their bytes, first through one 64-bit hash per
+    row (:class:`ValueTable`'s), whose sort is that of integers; every row is then
+    compared with the first row of its hash, and only if two different rows share a hash
+    are the rows sorted by their bytes (one memcmp per comparison) instead. Only the few
+    distinct rows are put in numpy's order, which is therefore the same either way.
     """
     rows = x + 0.0
-    _, first, inverse = np.unique(_row_keys(rows), return_index=True, return_inverse=True)
+    words = _words(rows)
+    drawn = np.random.default_rng([_HASH_STREAM, 0]).integers(
+        0, 2**63, size=words.shape[1], dtype=np.uint64
+    )
+    multipliers = np.asarray(drawn * np.uint64(2) + np.uint64(1), dtype=np.uint64)
+    _, first, inverse = np.unique(_hash(words, multipliers), return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    if not (words[first][inverse] == words).all():  # a collision: tell rows by bytes
+        _, first, inverse = np.unique(_row_keys(rows), return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
     values = rows[first]
     order = np.lexsort(values.T[::-1])  # by the first coordinate, then the second, ...
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
-    return values[order], rank[inverse.reshape(-1)]
+    return values[order], rank[inverse]
 
 
 # ------------------------------------------------------------------------ the learners
@@ -284,6 +306,11 @@ def _hash(words: np.ndarray, multipliers: np.ndarray) -> np.ndarray:
     return z.sum(axis=1, dtype=np.uint64)
 
 
+def _distinct_count(rows: np.ndarray) -> int:
+    """How many distinct rows ``rows`` holds (−0.0 read as 0.0, as in :func:`distinct_rows`)."""
+    return int(np.unique(_row_keys(rows + 0.0)).size)
+
+
 def _row_keys(rows: np.ndarray) -> np.ndarray:
     """Each row of a float array as one opaque key of its bytes (compared by memcmp)."""
     rows = np.ascontiguousarray(rows, dtype=float)
@@ -350,6 +377,34 @@ class _AdditiveFeatures:
             ]
         )
 
+    def folded(self, coef: np.ndarray, intercept: float) -> _AdditiveScore:
+        """The linear score ``intercept + self(x) @ coef`` as one spline per coordinate.
+
+        Each coordinate's block of fitted coefficients weights its basis functions, and a
+        weighted sum of B-splines on the same knots is itself a B-spline with those
+        weights as its coefficients (de Boor, *A Practical Guide to Splines*, ch. IX):
+        one spline evaluation per coordinate instead of its ~10 basis columns and a
+        product. ``extrapolation="constant"`` sets, below the first knot ``t[k]``, the
+        basis to its values at ``t[k]`` (where only the first ``k`` are not 0), and above
+        the last likewise; the folded spline at ``t[k]`` is the same sum, so clipping
+        each coordinate to ``[t[k], t[-k-1]]`` is the same extrapolation. The value equals
+        the basis-matrix product up to the order of the sum (its last bits).
+        """
+        terms: list[tuple[float, BSpline | None, float, float]] = []
+        at = 0
+        for s in self.splines:
+            if s is None:
+                terms.append((float(coef[at]), None, 0.0, 0.0))
+                at += 1
+                continue
+            basis = s.bsplines_[0]
+            width = basis.c.shape[1]
+            k = int(basis.k)
+            spline = BSpline(basis.t, np.array(coef[at : at + width], dtype=float), k)
+            terms.append((0.0, spline, float(basis.t[k]), float(basis.t[-k - 1])))
+            at += width
+        return _AdditiveScore(self, np.array(coef, dtype=float), float(intercept), tuple(terms))
+
     def describe(self) -> dict[str, Any]:
         splined = sum(s is not None for s in self.splines)
         return {
@@ -360,6 +415,34 @@ class _AdditiveFeatures:
             ),
             "standardisation": self.std.describe(),
         }
+
+
+@dataclass(frozen=True)
+class _AdditiveScore:
+    """A fitted additive logistic score, each coordinate's term one folded spline
+    (:meth:`_AdditiveFeatures.folded`) or a slope times the standardised coordinate."""
+
+    features: _AdditiveFeatures
+    coef: np.ndarray  # the fitted coefficients of the basis columns
+    intercept: float
+    terms: tuple[tuple[float, BSpline | None, float, float], ...]  # slope, spline, lo, hi
+
+    def basis_score(self, x: np.ndarray) -> np.ndarray:
+        """The same score through the basis matrix, as it was fitted (for checks)."""
+        return np.asarray(self.features(x) @ self.coef + self.intercept)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        z = self.features.std(x)
+        if not np.isfinite(z).all():
+            # the basis path rejects what is not finite, with scikit-learn's message
+            self.features(x)
+        total = np.full(z.shape[0], self.intercept)
+        for j, (slope, spline, lo, hi) in enumerate(self.terms):
+            if spline is None:
+                total += slope * z[:, j]
+            else:
+                total += spline(np.clip(z[:, j], lo, hi))
+        return total
 
 
 def _fit_logistic(
@@ -385,8 +468,13 @@ def _fit_logistic(
         if issubclass(w.category, ConvergenceWarning)
     )[:1]
 
-    def score(out: np.ndarray) -> np.ndarray:
-        return model.decision_function(features(out))
+    score: Callable[[np.ndarray], np.ndarray]
+    if features.splines:
+        score = features.folded(model.coef_[0], model.intercept_[0])
+    else:  # linear in every coordinate: the model's own product
+
+        def score(out: np.ndarray) -> np.ndarray:
+            return model.decision_function(features(out))
 
     description = {
         **features.describe(),

@@ -27,11 +27,11 @@ The executors that run an audit's missing units and hand them to this store are
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import socket
 import stat
+import struct
 import sys
 import tempfile
 import threading
@@ -40,7 +40,7 @@ import zipfile
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, BinaryIO, TypeVar, cast
 
 import numpy as np
 
@@ -77,8 +77,11 @@ def current_umask() -> int:
     return mask
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes | Callable[[BinaryIO], None]) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same folder and a rename.
+
+    ``data`` is the bytes, or a function that writes them to the open temporary file
+    (a unit's arrays go straight to the file, with no copy of them in memory first).
 
     Readers see either the old file or the whole new one, never a part: the data goes to
     a temporary file in the same folder (same file system, so the rename is atomic), is
@@ -95,7 +98,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             _set_mode(f.fileno(), tmp, 0o666 & ~current_umask())
-            f.write(data)
+            if callable(data):
+                data(f)
+            else:
+                f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -158,12 +164,23 @@ class UnitRejected(Exception):
 
 
 class RunStore:
-    """Finished work units of one configuration inside a run directory."""
+    """Finished work units of one configuration inside a run directory.
 
-    def __init__(self, run_dir: Path, config_hash: str) -> None:
+    The units this store has just written are remembered, with their digests and, while
+    together they fit in ``keep_bytes``, their arrays, until :func:`read_back` takes them:
+    the arrays the digest was computed from are the ones the audit then uses, so they are
+    neither read from disk nor hashed again (every later read from disk is checked against
+    that digest).
+    """
+
+    def __init__(self, run_dir: Path, config_hash: str, *, keep_bytes: int = 64 << 20) -> None:
         self.run_dir = Path(run_dir)
         self.config_hash = config_hash
         self.units_dir = self.run_dir / "units" / config_hash
+        self.keep_bytes = keep_bytes
+        # unit → (digest, its arrays' bytes, the arrays or None once over keep_bytes)
+        self._written: dict[str, tuple[str, int, dict[str, np.ndarray] | None]] = {}
+        self._written_bytes = 0
 
     def path(self, unit: str) -> Path:
         return self.units_dir / f"{unit}.npz"
@@ -172,17 +189,34 @@ class RunStore:
         return self.path(unit).is_file()
 
     def save(self, unit: str, arrays: dict[str, np.ndarray]) -> str:
-        """Store a unit's arrays and their digest atomically (``np.savez`` into memory,
-        then rename); returns the digest."""
+        """Store a unit's arrays and their digest atomically (``np.savez`` into a temporary
+        file, fsync, then rename); returns the digest."""
         if DIGEST_KEY in arrays:
             raise ValueError(f"a unit may not hold an array named {DIGEST_KEY!r}")
+        if any(np.asarray(a).dtype.hasobject for a in arrays.values()):
+            # a unit is read without pickles: one that holds objects could never be read
+            raise ValueError(f"unit {unit} holds an array of Python objects")
         digest = unit_digest(self.config_hash, unit, arrays)
-        buffer = io.BytesIO()
         # The cast only tells mypy that the arrays' names are not savez's own keyword
         # (allow_pickle), which numpy's stub types as bool.
-        np.savez(buffer, **cast(dict[str, Any], {**arrays, DIGEST_KEY: np.array(digest)}))
-        atomic_write_bytes(self.path(unit), buffer.getvalue())
+        entries = cast(dict[str, Any], {**arrays, DIGEST_KEY: np.array(digest)})
+        atomic_write_bytes(self.path(unit), lambda f: np.savez(f, **entries))
+        size = sum(np.asarray(a).nbytes for a in arrays.values())
+        self._written_bytes += size
+        if self._written_bytes <= self.keep_bytes:
+            self._written[unit] = (digest, size, dict(arrays))
+        else:  # over the budget: keep the digests only (as read_back would)
+            self._written = {u: (d, n, None) for u, (d, n, _) in self._written.items()}
+            self._written[unit] = (digest, size, None)
         return digest
+
+    def take_written(self, unit: str) -> tuple[str, int, dict[str, np.ndarray] | None] | None:
+        """The digest, size and (within ``keep_bytes``) arrays of a unit this store has
+        just written, forgotten once taken; ``None`` for any other unit."""
+        found = self._written.pop(unit, None)
+        if not self._written:
+            self._written_bytes = 0
+        return found
 
     def load_verified(self, unit: str) -> tuple[dict[str, np.ndarray], str]:
         """A stored unit's arrays and digest, checked.
@@ -193,9 +227,8 @@ class RunStore:
         """
         path = self.path(unit)
         try:
-            with np.load(path, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+            arrays = _read_npz(path)
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, struct.error) as exc:
             raise UnitRejected(path, f"unreadable ({type(exc).__name__}: {exc})") from None
         stored = arrays.pop(DIGEST_KEY, None)
         if stored is None or stored.shape != () or stored.dtype.kind != "U":
@@ -240,6 +273,16 @@ def read_back(
     kept: dict[str, Mapping[str, np.ndarray]] = {}
     size = 0
     for unit in units:
+        written = store.take_written(unit)
+        if written is not None and (written[2] is not None or size + written[1] > keep_bytes):
+            # written by this store just now: its arrays (if kept) are those hashed
+            digests[unit], n, held = written
+            size += n
+            if held is not None and size <= keep_bytes:
+                kept[unit] = held
+            else:
+                kept.clear()
+            continue
         arrays, digests[unit] = store.load_verified(unit)
         size += sum(a.nbytes for a in arrays.values())
         if size <= keep_bytes:
@@ -247,6 +290,58 @@ def read_back(
         else:
             kept.clear()
     return digests, kept
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of an ``np.savez`` file, read straight into place.
+
+    ``np.load`` reads each stored member through :mod:`zipfile` in small chunks, checks its
+    CRC-32 and copies it again; a unit's members are stored uncompressed (``np.savez``),
+    so each array is read with one ``readinto`` at its offset. Nothing is trusted from
+    it: the caller checks every array against the unit's SHA-256 digest. A member that
+    is not a plain stored ``.npy`` (compressed, or anything unusual) is read by numpy.
+
+    Raises:
+        OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, struct.error: the
+            file is not a readable ``.npz``.
+    """
+    arrays: dict[str, np.ndarray] = {}
+    with open(path, "rb") as f, zipfile.ZipFile(f) as z:
+        for info in z.infolist():
+            if not info.filename.endswith(".npy"):
+                raise ValueError(f"member {info.filename!r} is not an array")
+            name = info.filename[: -len(".npy")]
+            if name in arrays:
+                raise ValueError(f"array {name!r} is stored twice")
+            if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+                with z.open(info) as member:
+                    arrays[name] = np.lib.format.read_array(member, allow_pickle=False)
+                continue
+            f.seek(info.header_offset)
+            local = f.read(30)
+            if len(local) != 30 or local[:4] != b"PK\x03\x04":
+                raise ValueError(f"member {info.filename!r} has no local header")
+            name_length, extra_length = struct.unpack("<HH", local[26:30])
+            start = info.header_offset + 30 + name_length + extra_length
+            f.seek(start)
+            version = np.lib.format.read_magic(f)
+            shape, fortran, dtype = (
+                np.lib.format.read_array_header_1_0(f, max_header_size=10_000)
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0(f, max_header_size=10_000)
+            )
+            if dtype.hasobject:
+                raise ValueError(f"array {name!r} holds Python objects")
+            data = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
+            if (
+                data.nbytes
+                and f.readinto(data.reshape(-1, order="A").view(np.uint8).data) != data.nbytes
+            ):
+                raise EOFError(f"array {name!r} is truncated")
+            if f.tell() - start != info.file_size:
+                raise ValueError(f"array {name!r} does not fill its member")
+            arrays[name] = data
+    return arrays
 
 
 class StoredOutputs(Mapping[str, Mapping[str, np.ndarray]]):
