@@ -77,14 +77,10 @@ class CanaryDirection:
 
 def _declares_flat_clipping(trainer: str, base_dir: str) -> bool:
     """Whether a user trainer declares that it clips the whole per-example gradient to one
-    norm: ``clipping = "flat"`` on the function, or an Opacus adapter trainer (the adapter
-    refuses per-layer ``max_grad_norm`` lists, and places only a one-coordinate canary)."""
+    norm: ``clipping = "flat"`` on the function (an Opacus adapter trainer declares it: the
+    adapter refuses per-layer ``max_grad_norm`` lists)."""
     fn = load_plugin(trainer, base_dir=base_dir, what="trainer")
-    if getattr(fn, "clipping", None) == "flat":
-        return True
-    # read from the class's module, not by importing it: that would import Opacus
-    cls = type(getattr(fn, "__wrapped__", fn))  # the loader wraps what it imported
-    return cls.__module__ == "dpaudit.trainers.opacus" and cls.__name__ == "OpacusTrainer"
+    return getattr(fn, "clipping", None) == "flat"
 
 
 def resolve_canary_direction(s: DpsgdSection, base_dir: str) -> CanaryDirection | None:

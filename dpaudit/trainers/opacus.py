@@ -257,6 +257,10 @@ def _tensor_dataset(X: np.ndarray, y: np.ndarray) -> Any:
 class OpacusTrainer:
     """An Opacus training function wrapped as a dpaudit trainer (see :func:`opacus_trainer`)."""
 
+    #: The adapter audits one max_grad_norm for the whole per-example gradient (it refuses
+    #: per-layer lists), so the audit's ``canary_direction = "auto"`` takes one coordinate.
+    clipping = "flat"
+
     def __init__(self, fn: Callable[..., Any], *, dataset: DatasetFactory | None = None) -> None:
         self.fn = fn
         #: Whether ``fn`` takes a Dataset (else the arrays ``X, y``).
