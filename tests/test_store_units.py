@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpaudit import store
 from dpaudit.store import (
@@ -126,15 +128,25 @@ def test_units_just_written_are_handed_over_without_a_read(
 
 
 def test_over_the_budget_only_digests_are_kept_and_every_read_is_checked(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # 80 + 160 bytes fit in 300, 240 more do not: no arrays are held, as read_back does
     runs = RunStore(tmp_path, "key", keep_bytes=300)
     digests = {f"u{i}": runs.save(f"u{i}", {"x": np.arange(10.0 * (i + 1))}) for i in range(3)}
     assert all(held is None for _, _, held in runs._written.values())
+    reads: list[str] = []
+    real = RunStore.load_verified
+
+    def counted(self: RunStore, unit: str) -> tuple[dict[str, np.ndarray], str]:
+        reads.append(unit)
+        return real(self, unit)
+
+    monkeypatch.setattr(RunStore, "load_verified", counted)
     found, kept = read_back(runs, list(digests), keep_bytes=300)
     assert found == digests
     assert kept == {}
+    assert reads == []  # the digests written are known: nothing is read back to keep
+    monkeypatch.setattr(RunStore, "load_verified", real)
     outputs = StoredOutputs(runs, found, cache_bytes=0)
     np.testing.assert_array_equal(outputs["u2"]["x"], np.arange(30.0))
     # a unit changed on disk after it was written is never trusted
@@ -162,3 +174,95 @@ def test_a_unit_is_written_straight_to_its_temporary_file(
     assert len(seen) == 1
     assert callable(seen[0])
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+@pytest.mark.filterwarnings("ignore:Stored array in format 2.0:UserWarning")
+def test_a_unit_file_is_the_bytes_numpy_savez_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``write_npz`` writes what ``np.savez`` writes, byte for byte, for arrays in C and
+    Fortran order, strided, empty, boolean, small integers and the digest's 0-d string,
+    and for a header too long for the .npy format 1.0."""
+    import io
+    import time
+
+    monkeypatch.setattr(time, "time", lambda: 1_700_000_000.0)  # the zip members' date
+    rng = np.random.default_rng(0)
+    cases = [
+        {"negative": rng.normal(size=(1000, 10)), "positive": rng.normal(size=1000)},
+        {
+            "f": np.asfortranarray(rng.normal(size=(30, 7))),
+            "strided": rng.normal(size=(40, 6))[:, ::2],
+            "empty": np.zeros((0, 3)),
+            "small": np.arange(5, dtype=np.int8),
+            "flags": np.array([True, False]),
+            DIGEST_KEY: np.array("ab" * 32),
+        },
+        {"long_header": np.zeros(2, dtype=[(f"field{i}", "<f8") for i in range(5000)])},
+    ]
+    for arrays in cases:
+        expected, got = io.BytesIO(), io.BytesIO()
+        np.savez(expected, **arrays)
+        store.write_npz(got, arrays)
+        assert got.getvalue() == expected.getvalue()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(
+            st.integers(-130, 130).map(float),
+            st.sampled_from([-0.0, 0.5, float("nan"), float("inf"), -float("inf"), 1e300]),
+        ),
+        min_size=1,
+        max_size=3000,
+    ),
+    shape_2d=st.booleans(),
+)
+def test_a_unit_reads_back_bit_for_bit_whether_or_not_it_was_narrowed(
+    tmp_path_factory: pytest.TempPathFactory, values: list[float], shape_2d: bool
+) -> None:
+    """Any float64 array (small integers, −0.0, fractions, NaN, ±inf, out of int8's
+    range) reads back from its unit with the same bits; it is stored as int8 exactly
+    when every value is an integer in [−128, 127] and none is −0.0."""
+    array = np.array(values)
+    if shape_2d and array.size % 2 == 0:
+        array = array.reshape(-1, 2)
+    runs = RunStore(tmp_path_factory.mktemp("narrow"), "key")
+    digest = runs.save("u", {"negative": array, "other": np.arange(3)})
+    arrays, found = RunStore(runs.run_dir, "key").load_verified("u")
+    assert found == digest
+    assert arrays["negative"].dtype == np.float64
+    assert arrays["negative"].shape == array.shape
+    assert arrays["negative"].tobytes() == array.tobytes()
+    np.testing.assert_array_equal(arrays["other"], np.arange(3))
+    with np.load(runs.path("u")) as z:
+        small = all(
+            float(v).is_integer() and -128 <= v <= 127 and not (v == 0 and np.signbit(v))
+            for v in values
+        )
+        assert (z["negative"].dtype == np.int8) is small
+        assert (store.NARROWED_KEY in z.files) is small
+
+
+def test_a_unit_whose_record_of_narrowed_arrays_was_edited_is_rejected(tmp_path: Path) -> None:
+    runs = RunStore(tmp_path, "key")
+    runs.save("u", {"negative": np.array([0.0, 1.0, 1.0]), "positive": np.array([0.5])})
+    with np.load(runs.path("u")) as z:
+        entries = {k: z[k] for k in z.files}
+    assert entries[store.NARROWED_KEY].tolist() == ["negative"]
+    # a record naming an array stored as float64, with a digest recomputed to match
+    entries[store.NARROWED_KEY] = np.array(["negative", "positive"])
+    del entries[DIGEST_KEY]
+    entries[DIGEST_KEY] = np.array(store.unit_digest("key", "u", entries))
+    np.savez(runs.path("u"), **entries)
+    with pytest.raises(UnitRejected, match="names 'positive', not an int8 array"):
+        RunStore(tmp_path, "key").load_verified("u")
+    # the record itself changed without a new digest: the digest check refuses it first
+    entries[store.NARROWED_KEY] = np.array(["negative"])
+    np.savez(runs.path("u"), **entries)
+    with pytest.raises(UnitRejected, match="do not match the digest"):
+        RunStore(tmp_path, "key").load_verified("u")
+
+
+def test_a_unit_may_not_name_an_array_as_the_store_does(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="may not hold an array named '__dpaudit_narrowed__'"):
+        RunStore(tmp_path, "key").save("u", {store.NARROWED_KEY: np.zeros(2)})

@@ -155,12 +155,95 @@ def unit_digest(key: str, unit: str, arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
+#: The entry of a unit file that names its arrays stored as ``int8`` (:func:`narrowed`).
+NARROWED_KEY = "__dpaudit_narrowed__"
+#: Values compared at a time when a unit's array is checked for narrowing (kept in cache).
+_NARROW_CHUNK = 1 << 16
+
+
+def narrow_losslessly(array: np.ndarray) -> np.ndarray | None:
+    """A float64 array as ``int8`` when that keeps every bit (every value an integer in
+    [−128, 127], and no −0.0), else ``None``.
+
+    Mechanisms that release few-valued outputs (⊤/⊥ answers, counts, indices) return
+    them as float64; stored as ``int8`` their unit files, digests and fsyncs are an
+    eighth of the size. The check converts each chunk to ``int8`` and back and compares
+    the 64-bit patterns, so it is exact (NaN, ±inf, fractions, −0.0 and values out of
+    range all fail it); it stops at the first chunk that fails, which for continuous
+    outputs is the first few values.
+    """
+    if array.dtype != np.float64 or array.size == 0 or not array.flags.c_contiguous:
+        return None
+    flat = array.reshape(-1)
+    out = np.empty(array.shape, dtype=np.int8)
+    narrow = out.reshape(-1)
+    back = np.empty(min(flat.size, _NARROW_CHUNK))
+    start, step = 0, 1024  # a small first chunk: continuous outputs fail at once
+    while start < flat.size:
+        stop = min(start + step, flat.size)
+        with np.errstate(invalid="ignore", over="ignore"):
+            np.copyto(narrow[start:stop], flat[start:stop], casting="unsafe")
+        np.copyto(back[: stop - start], narrow[start:stop])
+        same = back[: stop - start].view(np.uint64) == flat[start:stop].view(np.uint64)
+        if not same.all():
+            return None
+        start, step = stop, _NARROW_CHUNK
+    return out
+
+
+def narrowed(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A unit's arrays as stored: each float64 array that :func:`narrow_losslessly`
+    turns into ``int8`` so, the others as they are, and (if any was narrowed) their
+    names under :data:`NARROWED_KEY`. The digest is computed over these, so the record
+    of which arrays were narrowed is checked with the arrays themselves."""
+    stored: dict[str, np.ndarray] = {}
+    names = []
+    for name, value in arrays.items():
+        small = narrow_losslessly(np.asarray(value))
+        if small is None:
+            stored[name] = value
+        else:
+            stored[name] = small
+            names.append(name)
+    if names:
+        stored[NARROWED_KEY] = np.array(sorted(names))
+    return stored
+
+
+def widened(stored: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The arrays :func:`narrowed` stored, as they were (each narrowed one float64 again).
+
+    Raises:
+        ValueError: the record of narrowed arrays is not a list of this unit's ``int8``
+            arrays.
+    """
+    names = stored.pop(NARROWED_KEY, None)
+    if names is None:
+        return stored
+    if names.ndim != 1 or names.dtype.kind != "U" or names.size == 0:
+        raise ValueError("its record of narrowed arrays is malformed")
+    for name in names.tolist():
+        array = stored.get(name)
+        if array is None or array.dtype != np.int8:
+            raise ValueError(f"its record of narrowed arrays names {name!r}, not an int8 array")
+        stored[name] = array.astype(np.float64)
+    return stored
+
+
 class UnitRejected(Exception):
     """A stored unit that failed its integrity check; ``reason`` says why."""
 
     def __init__(self, path: Path, reason: str) -> None:
         super().__init__(f"{path}: {reason}")
         self.path, self.reason = path, reason
+
+
+#: Bytes of unit arrays a run keeps in memory once it has them (the units it has just
+#: written, and the units its bounds read): up to this, a unit is neither read back from
+#: disk nor decoded twice; above it, units are read one at a time. A mechanism audit's
+#: learned score holds all its outputs at once up to 10⁶ trials per arm (16 MB per
+#: output coordinate), so the budget lets such an audit keep up to 16 coordinates.
+KEEP_BYTES = 256 << 20
 
 
 class RunStore:
@@ -173,7 +256,7 @@ class RunStore:
     that digest).
     """
 
-    def __init__(self, run_dir: Path, config_hash: str, *, keep_bytes: int = 64 << 20) -> None:
+    def __init__(self, run_dir: Path, config_hash: str, *, keep_bytes: int = KEEP_BYTES) -> None:
         self.run_dir = Path(run_dir)
         self.config_hash = config_hash
         self.units_dir = self.run_dir / "units" / config_hash
@@ -189,18 +272,21 @@ class RunStore:
         return self.path(unit).is_file()
 
     def save(self, unit: str, arrays: dict[str, np.ndarray]) -> str:
-        """Store a unit's arrays and their digest atomically (``np.savez`` into a temporary
-        file, fsync, then rename); returns the digest."""
-        if DIGEST_KEY in arrays:
-            raise ValueError(f"a unit may not hold an array named {DIGEST_KEY!r}")
+        """Store a unit's arrays and their digest atomically (an ``np.savez`` file,
+        :func:`write_npz`, into a temporary file, fsync, then rename); returns the digest.
+
+        Float64 arrays of small integers are stored as ``int8`` (:func:`narrowed`) and
+        read back as they were; the digest is that of the arrays as stored."""
+        for reserved in (DIGEST_KEY, NARROWED_KEY):
+            if reserved in arrays:
+                raise ValueError(f"a unit may not hold an array named {reserved!r}")
         if any(np.asarray(a).dtype.hasobject for a in arrays.values()):
             # a unit is read without pickles: one that holds objects could never be read
             raise ValueError(f"unit {unit} holds an array of Python objects")
-        digest = unit_digest(self.config_hash, unit, arrays)
-        # The cast only tells mypy that the arrays' names are not savez's own keyword
-        # (allow_pickle), which numpy's stub types as bool.
-        entries = cast(dict[str, Any], {**arrays, DIGEST_KEY: np.array(digest)})
-        atomic_write_bytes(self.path(unit), lambda f: np.savez(f, **entries))
+        stored = narrowed(arrays)
+        digest = unit_digest(self.config_hash, unit, stored)
+        entries = {**stored, DIGEST_KEY: np.array(digest)}
+        atomic_write_bytes(self.path(unit), lambda f: write_npz(f, entries))
         size = sum(np.asarray(a).nbytes for a in arrays.values())
         self._written_bytes += size
         if self._written_bytes <= self.keep_bytes:
@@ -237,7 +323,10 @@ class RunStore:
             raise UnitRejected(
                 path, "its arrays do not match the digest written with them (edited or corrupt)"
             )
-        return arrays, str(stored)
+        try:
+            return widened(arrays), str(stored)
+        except ValueError as exc:
+            raise UnitRejected(path, str(exc)) from None
 
     def load(self, unit: str) -> dict[str, np.ndarray]:
         """A stored unit's arrays (checked: :meth:`load_verified`)."""
@@ -257,7 +346,7 @@ class RunStore:
 
 
 def read_back(
-    store: RunStore, units: Iterable[str], *, keep_bytes: int = 64 << 20
+    store: RunStore, units: Iterable[str], *, keep_bytes: int = KEEP_BYTES
 ) -> tuple[dict[str, str], dict[str, Mapping[str, np.ndarray]]]:
     """Read units just stored back from the run directory and check them.
 
@@ -274,22 +363,48 @@ def read_back(
     size = 0
     for unit in units:
         written = store.take_written(unit)
-        if written is not None and (written[2] is not None or size + written[1] > keep_bytes):
-            # written by this store just now: its arrays (if kept) are those hashed
+        held: Mapping[str, np.ndarray] | None
+        if written is not None:
+            # written by this store just now: its digest is that of the arrays it wrote,
+            # which it still holds while they fit in its own budget; one it no longer
+            # holds is not read back (a later read from disk is checked against the
+            # digest), since its units together are over the budget anyway
             digests[unit], n, held = written
-            size += n
-            if held is not None and size <= keep_bytes:
-                kept[unit] = held
-            else:
-                kept.clear()
-            continue
-        arrays, digests[unit] = store.load_verified(unit)
-        size += sum(a.nbytes for a in arrays.values())
-        if size <= keep_bytes:
-            kept[unit] = arrays
-        else:
+        else:  # written by another process (a worker): read and checked here
+            held, digests[unit] = store.load_verified(unit)
+            n = sum(a.nbytes for a in held.values())
+        size += n
+        if size > keep_bytes:
             kept.clear()
+        elif held is not None:
+            kept[unit] = held
     return digests, kept
+
+
+def write_npz(file: BinaryIO, arrays: Mapping[str, Any]) -> None:
+    """``np.savez(file, **arrays)``, the same bytes, without a copy of any array.
+
+    ``np.savez`` writes each array into its zip member through ``tobytes`` (a member is
+    not a real file), a copy of every byte in fresh memory; here each member receives
+    the array's own memory. The zip file, each member's ``.npy`` header (format 1.0, or
+    2.0 for a header too long for it) and the data's order are those ``np.savez`` writes.
+    """
+    with zipfile.ZipFile(file, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, value in arrays.items():
+            array = np.asanyarray(value)
+            if array.dtype.hasobject:
+                raise ValueError(f"array {name!r} holds Python objects")
+            header = np.lib.format.header_data_from_array_1_0(array)
+            # Fortran order: the transpose is C-contiguous, the bytes in that order; else
+            # C order (a copy only if the array is not contiguous)
+            data = array.T if header["fortran_order"] else np.ascontiguousarray(array)
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                try:
+                    np.lib.format.write_array_header_1_0(member, header)
+                except ValueError:  # the header does not fit format 1.0
+                    np.lib.format.write_array_header_2_0(member, header)
+                if data.size:
+                    member.write(data.reshape(-1).view(np.uint8).data)
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
@@ -365,7 +480,7 @@ class StoredOutputs(Mapping[str, Mapping[str, np.ndarray]]):
         store: RunStore,
         digests: Mapping[str, str],
         *,
-        cache_bytes: int = 64 << 20,
+        cache_bytes: int = KEEP_BYTES,
         preloaded: Mapping[str, Mapping[str, np.ndarray]] | None = None,
     ) -> None:
         self._store = store
