@@ -16,7 +16,7 @@ the same pair, at the same number of mechanism draws per input:
   [0]·5 + [1]·5: ∞-DP.
 
 Samples: with ``--samples N`` per input, dpaudit runs ``trials = N`` per arm (it fits its
-learned score on min(N/3, 2·10⁵) of them and counts the rest); DP-Sniper runs
+learned score on min(N/3, 10⁵) of them and counts the rest); DP-Sniper runs
 ``n_train = n = n_final = 2N/5`` (training on both inputs, the threshold on the second,
 the final estimate on both: 2N draws in all, as dpaudit's). Each tool's CPU time is
 ``time.process_time`` around the audit in its own process (imports excluded), at one

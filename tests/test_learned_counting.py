@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from sklearn.preprocessing import SplineTransformer
 
 from dpaudit.bounds import learned_lower_bounds
 from dpaudit.mechanisms import learned
@@ -148,3 +149,30 @@ def test_a_learned_bound_on_sparse_vector_outputs_is_the_previous_paths() -> Non
     assert new.epsilon.value == old.epsilon.value
     assert new.mu.value == old.mu.value
     assert new.epsilon.value > 3.0  # Alg. 5 is ∞-DP: a pattern out of order never happens
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_spline_basis_is_scikit_learns_constant_extrapolation_bit_for_bit(seed: int) -> None:
+    """``spline_basis`` (scipy's design matrix at the clipped column) equals
+    ``SplineTransformer(extrapolation="constant").transform`` to the bit: inside the
+    knots, at every knot, and beyond both ends, on continuous and on tied columns."""
+    rng = np.random.default_rng(seed)
+    column = rng.standard_t(3, 5_000) if seed % 2 else rng.normal(size=5_000)
+    if seed % 3 == 0:
+        column = np.round(column * 4) / 4  # ties, as outputs of few values have
+    knots = np.unique(np.quantile(column, np.linspace(0.0, 1.0, learned.SPLINE_KNOTS)))
+    spline = SplineTransformer(knots=knots.reshape(-1, 1), degree=3, extrapolation="constant")
+    spline.fit(column.reshape(-1, 1))
+    x = np.concatenate([column, 10.0 * rng.normal(size=500), knots, [-1e300, 1e300]])
+    expected = spline.transform(x.reshape(-1, 1))
+    got = learned.spline_basis(spline, x)
+    assert got.shape == expected.shape
+    assert got.tobytes() == expected.tobytes()
+
+
+def test_the_spline_basis_refuses_what_is_not_finite_with_scikit_learns_error() -> None:
+    column = np.linspace(-1.0, 1.0, 50)
+    spline = SplineTransformer(knots=np.quantile(column, [0, 0.5, 1]).reshape(-1, 1))
+    spline.fit(column.reshape(-1, 1))
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        learned.spline_basis(spline, np.array([0.0, np.nan]))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +22,7 @@ import pytest
 from scipy import special, stats
 from typer.testing import CliRunner
 
+from dpaudit import bounds as bounds_module
 from dpaudit.bounds import (
     epsilon_and_mu_lower_bounds,
     fit_part,
@@ -248,6 +249,42 @@ def test_the_learner_sees_the_fitting_trials_only_and_they_are_never_counted() -
     fit_details = result.mu.details["fit"]
     assert fit_details["fit_negatives"] == 750
     assert "drawn before any output was read" in fit_details["fit_trials"]
+
+
+@pytest.mark.parametrize(
+    ("n0", "n1", "fraction", "limit", "seed"),
+    [
+        (1000, 1000, 1 / 3, None, 2),
+        (7, 3000, 0.5, None, 0),
+        (10**5, 2 * 10**5, 1 / 3, 20_000, 9),
+        (12_345, 12_344, 0.01, None, None),
+    ],
+)
+def test_fit_part_is_the_sorted_first_positions_of_a_seeded_permutation(
+    n0: int, n1: int, fraction: float, limit: int | None, seed: int | None
+) -> None:
+    # the construction fit_part had before it read the parts off a mask: each arm's first
+    # m positions of a permutation drawn from the fitting stream, and the rest, sorted
+    rng = np.random.default_rng(None if seed is None else [seed, bounds_module._FIT_STREAM])
+    part = fit_part(n0, n1, fit_fraction=fraction, fit_limit=limit, seed=seed)
+    if seed is None:  # unseeded: the parts are a partition of each arm, in order
+        for fit, rest, n in (
+            (part.negatives, part.rest_negatives, n0),
+            (part.positives, part.rest_positives, n1),
+        ):
+            assert np.all(np.diff(fit) > 0)
+            assert np.all(np.diff(rest) > 0)
+            np.testing.assert_array_equal(np.sort(np.concatenate([fit, rest])), np.arange(n))
+        return
+    for fit, rest, n in (
+        (part.negatives, part.rest_negatives, n0),
+        (part.positives, part.rest_positives, n1),
+    ):
+        m = max(1, round(fraction * n))
+        m = m if limit is None else min(m, limit)
+        perm = rng.permutation(n)
+        np.testing.assert_array_equal(fit, np.sort(perm[:m]))
+        np.testing.assert_array_equal(rest, np.sort(perm[m:]))
 
 
 def test_fit_part_is_fixed_by_sizes_and_seed_and_caps_the_fitting_trials() -> None:
@@ -664,3 +701,48 @@ def test_a_fitted_score_has_the_same_bits_under_any_blas_thread_count() -> None:
         with threadpool_limits(limits=threads):
             seen.append(fit_score(neg, pos, learner="logistic")(x))
     assert seen[0].tobytes() == seen[1].tobytes()
+
+
+@pytest.mark.parametrize("sizes", [(2,), (50, 1, 70), (1000, 3, 250, 1)])
+def test_learned_bounds_from_blocks_are_those_of_the_concatenated_outputs(
+    sizes: tuple[int, ...],
+) -> None:
+    """Outputs given as consecutive blocks (the stored units) give the learned bounds,
+    the fitting rows and the scores of the one array they make up, to the bit."""
+    from dpaudit.bounds import OutputBlocks
+
+    rng = np.random.default_rng(len(sizes))
+    neg_blocks = [rng.normal(0.0, 1.0, (n, 2)) for n in sizes]
+    pos_blocks = [rng.normal(0.7, 1.0, (n, 2)) for n in sizes]
+    seen: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def fit(fn: np.ndarray, fp: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        seen.append((fn, fp))
+        return lambda out: out @ np.array([1.0, 0.5])
+
+    args = {"fit": fit, "delta": 0.0, "seed": 3, "fit_fraction": 0.3}
+    if sum(sizes) < 3:  # nothing left to count after the fitting part
+        with pytest.raises(InsufficientTrialsError):
+            learned_lower_bounds(
+                OutputBlocks("n", neg_blocks), OutputBlocks("p", pos_blocks), **args
+            )
+        return
+    blocks = learned_lower_bounds(
+        OutputBlocks("n", neg_blocks), OutputBlocks("p", pos_blocks), **args
+    )
+    whole = learned_lower_bounds(np.concatenate(neg_blocks), np.concatenate(pos_blocks), **args)
+    assert seen[0][0].tobytes() == seen[1][0].tobytes()
+    assert seen[0][1].tobytes() == seen[1][1].tobytes()
+    assert blocks.negative_scores.tobytes() == whole.negative_scores.tobytes()
+    assert blocks.positive_scores.tobytes() == whole.positive_scores.tobytes()
+    assert blocks.epsilon == whole.epsilon
+    assert blocks.mu == whole.mu
+
+
+def test_output_blocks_refuse_blocks_of_different_dimensions() -> None:
+    from dpaudit.bounds import OutputBlocks
+
+    with pytest.raises(DpauditError, match=r"must have one dimension; got \[1, 2\]"):
+        OutputBlocks("negative outputs", [np.zeros((3, 1)), np.zeros((3, 2))])
+    with pytest.raises(DpauditError, match="at least one block"):
+        OutputBlocks("negative outputs", [])

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpaudit.bounds import EpsilonBound, MuBound
-from dpaudit.results import Comparison, paired_comparisons
+from dpaudit.results import (
+    Comparison,
+    histogram_counts,
+    paired_comparisons,
+    sorted_histogram_counts,
+)
 
 
 def _bounds() -> tuple[EpsilonBound, MuBound]:
@@ -69,3 +77,25 @@ def test_a_pair_takes_two_names_as_they_are_and_no_mu_gives_one_comparison() -> 
     )
     assert alone.upper_source == "claim ε"
     assert alone.tightness == pytest.approx(0.75)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    scores=st.lists(st.floats(-1e6, 1e6, allow_nan=False).map(lambda v: round(v, 1)), min_size=1),
+    low=st.floats(-10.0, 10.0),
+    width=st.floats(0.1, 100.0),
+    bins=st.integers(1, 40),
+    at_edges=st.integers(0, 5),
+)
+def test_sorted_histogram_counts_are_numpys_histogram_of_the_clipped_scores(
+    scores: list[float], low: float, width: float, bins: int, at_edges: int
+) -> None:
+    """The summary's counts from sorted scores by binary search equal
+    ``histogram_counts`` (numpy's histogram of the scores clipped to the edges), scores
+    lying exactly on edges included."""
+    edges = np.linspace(low, low + width, bins + 1)
+    values = np.array(scores + edges[: at_edges * bins // 5 + 1].tolist())
+    expected = histogram_counts(values, edges)
+    got = sorted_histogram_counts(np.sort(values), edges)
+    assert got.tolist() == expected.tolist()
+    assert int(got.sum()) == values.size

@@ -48,7 +48,7 @@ LEARNERS = ("auto", "logistic", "boosting", "knn", "counts")
 #: Share of the trials per arm a learned score is fitted on, unless ``fit_fraction`` says.
 FIT_FRACTION = 1.0 / 3.0
 #: Fitting trials per arm, at most: more barely improves a score and slows every learner.
-FIT_TRIALS_LIMIT = 200_000
+FIT_TRIALS_LIMIT = 100_000
 #: Unary encoding's report is k bits; a learned score holds them all, so k is capped.
 LEARNED_UNARY_MAX_K = 64
 

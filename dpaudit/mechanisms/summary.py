@@ -46,6 +46,7 @@ from dpaudit.accounting.upper_bounds import Claim, UpperBound
 from dpaudit.bounds import (
     EpsilonBound,
     MuBound,
+    OutputBlocks,
     Scorer,
     epsilon_and_mu_from_grid_bonferroni,
     epsilon_and_mu_from_grid_split,
@@ -462,9 +463,10 @@ def learned_bounds(
             level=level,
             label=label,
         )
+    # the units in order, as blocks of one array each (never concatenated)
     parts = [outputs[u] for u in outputs]
-    neg = np.concatenate([p["negative"] for p in parts])
-    pos = np.concatenate([p["positive"] for p in parts])
+    neg = OutputBlocks("negative outputs", [p["negative"] for p in parts])
+    pos = OutputBlocks("positive outputs", [p["positive"] for p in parts])
     del parts
     fitted: list[learned_scores.LearnedScore] = []
 

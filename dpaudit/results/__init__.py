@@ -20,7 +20,13 @@ from dpaudit.errors import DpauditError
 from dpaudit.planning import limit_for_bound
 from dpaudit.stats import clopper_pearson
 from dpaudit.theory import gdp_epsilon, tradeoff_dp, tradeoff_gdp
-from dpaudit.tradeoff import GridCounts, TradeoffCurve, binned_metrics, membership_metrics
+from dpaudit.tradeoff import (
+    GridCounts,
+    TradeoffCurve,
+    as_scores,
+    binned_metrics,
+    membership_metrics,
+)
 
 SCHEMA_VERSION = "1.1"
 
@@ -457,12 +463,13 @@ def score_summary(
     each point carries pointwise two-sided Clopper–Pearson intervals for its FPR and FNR,
     the confidence region the report draws around the empirical trade-off curve.
     """
-    curve = TradeoffCurve.from_scores(negative_scores, positive_scores)
+    # each class sorted once: the curve, the histogram's edges and its counts read them
+    neg = np.sort(as_scores("negative_scores", negative_scores))
+    pos = np.sort(as_scores("positive_scores", positive_scores))
+    curve = TradeoffCurve.from_sorted(neg, pos)
     points = _curve_points(curve, confidence_level, max_points)
-    edges = histogram_edges(negative_scores, positive_scores, bins=bins)
-    metrics = membership_metrics(
-        negative_scores, positive_scores, confidence_level=confidence_level, curve=curve
-    )
+    edges = histogram_edges(neg, pos, bins=bins)
+    metrics = membership_metrics(neg, pos, confidence_level=confidence_level, curve=curve)
     return TestSummary(
         id=test_id,
         label=label,
@@ -473,8 +480,8 @@ def score_summary(
         curve=points,
         histogram={
             "edges": edges.tolist(),
-            "negatives": histogram_counts(negative_scores, edges).tolist(),
-            "positives": histogram_counts(positive_scores, edges).tolist(),
+            "negatives": sorted_histogram_counts(neg, edges).tolist(),
+            "positives": sorted_histogram_counts(pos, edges).tolist(),
         },
     )
 
@@ -549,6 +556,15 @@ def histogram_counts(scores: np.ndarray, edges: np.ndarray) -> np.ndarray:
     bins, so the counts still add up to the trials (and counts of disjoint samples add)."""
     lo, hi = float(edges[0]), float(edges[-1])
     return np.histogram(np.clip(scores, lo, hi), edges)[0]
+
+
+def sorted_histogram_counts(sorted_scores: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """:func:`histogram_counts` of scores sorted in increasing order, by binary search:
+    bin i counts the scores in [edges[i], edges[i+1]), the last bin also those at or
+    above its right edge and the first those below its left edge (the end bins' outliers,
+    as :func:`histogram_counts` clips them)."""
+    inner = np.searchsorted(sorted_scores, edges[1:-1], side="left")
+    return np.diff(np.concatenate([[0], inner, [sorted_scores.size]]))
 
 
 def histogram_edges(
