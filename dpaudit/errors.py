@@ -19,7 +19,32 @@ _Choice = TypeVar("_Choice", bound=str)
 
 
 class DpauditError(ValueError):
-    """Root of every user-facing error in dpaudit."""
+    """Root of every user-facing error in dpaudit.
+
+    ``example``: a few lines of code that show the fix, set by :func:`with_example`; the
+    CLI prints them under its one error line, and ``str()`` of the error ends with them.
+    """
+
+    example: tuple[str, ...] = ()
+
+    @property
+    def message(self) -> str:
+        """The error's one line (without its example)."""
+        return str(self.args[0]) if self.args else ""
+
+    def __str__(self) -> str:
+        if not self.example:
+            return super().__str__()
+        return "\n".join([self.message, *(f"    {line}" for line in self.example)])
+
+
+_Error = TypeVar("_Error", bound=DpauditError)
+
+
+def with_example(error: _Error, *lines: str) -> _Error:
+    """``error`` with the lines of code that show its fix (``DpauditError.example``)."""
+    error.example = tuple(lines)
+    return error
 
 
 class ConfigError(DpauditError):

@@ -47,7 +47,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from dpaudit.errors import ConfigError, DpauditError
+from dpaudit.errors import ConfigError, DpauditError, with_example
 
 __all__ = [
     "NO_PLUGINS_ENV",
@@ -284,7 +284,12 @@ def load_plugin(
         if converted is exc:
             raise
         if said.getvalue().strip():
-            converted = type(converted)(f"{converted}{_quoted(said)}")
+            if isinstance(converted, DpauditError):
+                converted = with_example(
+                    type(converted)(f"{converted.message}{_quoted(said)}"), *converted.example
+                )
+            else:
+                converted = type(converted)(f"{converted}{_quoted(said)}")
         raise converted from None
     sys.stderr.write(said.getvalue())
     _check_imported_is_named(module, module_name, base_dir, f"{what} {spec!r}")

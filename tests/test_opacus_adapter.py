@@ -229,9 +229,13 @@ def test_captured_warnings_are_counted_by_category_and_message() -> None:
 SIGNATURE_ERROR = (
     "@opacus_trainer cannot call train{shown}: it calls fn(X, y) (float32 features, int64 "
     "labels) or fn(dataset) (a torch Dataset of (features, label) pairs) and needs the "
-    "trained model back; for example, def train(X, y): build the model, optimizer and "
-    "DataLoader, call make_private, train, and return the model."
+    "trained model back, for example:"
 )
+SIGNATURE_EXAMPLE = [
+    "@opacus_trainer",
+    "def train(X, y):  # or def train(dataset):",
+    "    ...  # model, optimizer, DataLoader; make_private; train; return model",
+]
 
 
 @pytest.mark.parametrize(
@@ -248,7 +252,13 @@ def test_a_function_of_another_shape_gets_the_accepted_signatures(source: str, s
     exec(source, namespace)
     with pytest.raises(ConfigError) as error:
         opacus_trainer(namespace["train"])
-    assert str(error.value) == SIGNATURE_ERROR.format(shown=shown)
+    assert error.value.message == SIGNATURE_ERROR.format(shown=shown)
+    assert list(error.value.example) == SIGNATURE_EXAMPLE
+    # str() ends with the example, indented, as Python prints the exception
+    assert str(error.value).splitlines() == [
+        SIGNATURE_ERROR.format(shown=shown),
+        *(f"    {line}" for line in SIGNATURE_EXAMPLE),
+    ]
 
 
 @pytest.mark.parametrize("command", ["run", "validate"])
@@ -256,7 +266,8 @@ def test_an_audit_naming_a_function_of_another_shape_exits_2_with_the_signatures
     command: str, tmp_path: Path
 ) -> None:
     """``[dpsgd] trainer`` naming an ``@opacus_trainer`` function of another shape: the
-    module fails to import at decoration, and the command says so in one line, exit 2."""
+    module fails to import at decoration, and the command says so in one error line with
+    the three-line example under it, exit 2."""
     (tmp_path / "plugs").mkdir()
     (tmp_path / "plugs" / "__init__.py").write_text("")
     (tmp_path / "plugs" / "bad.py").write_text(
@@ -275,7 +286,8 @@ def test_an_audit_naming_a_function_of_another_shape_exits_2_with_the_signatures
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines() == [
-        "error: " + SIGNATURE_ERROR.format(shown="(model, optimizer, loader, epochs)")
+        "error: " + SIGNATURE_ERROR.format(shown="(model, optimizer, loader, epochs)"),
+        *(f"    {line}" for line in SIGNATURE_EXAMPLE),
     ]
     assert not (tmp_path / "run" / "results.json").exists()
 

@@ -35,6 +35,7 @@ from dpaudit.cli._common import (
     console,
     err_console,
     fail,
+    print_error,
 )
 from dpaudit.cli.account import account_command
 from dpaudit.cli.card import card_command
@@ -121,7 +122,7 @@ def main() -> None:
     try:
         safe_mode_active()  # a misspelt DPAUDIT_NO_PLUGINS is one line, for every command
     except DpauditError as exc:
-        err_console.print(f"error: {one_line(exc)}", markup=False)
+        print_error(exc)
         sys.exit(EXIT_BAD_INPUT)
     argv = sys.argv[1:]
     if argv and argv[0] in SUPERVISED and CHILD not in os.environ and hasattr(os, "pipe"):
@@ -151,7 +152,7 @@ def _main() -> int:
         err_console.print(one_line(code), markup=False)
         return EXIT_BAD_INPUT
     except DpauditError as exc:  # a user mistake that escaped a command: one line, exit 2
-        err_console.print(f"error: {one_line(exc)}", markup=False)
+        print_error(exc)
         return EXIT_BAD_INPUT
     except Exception as exc:
         # Exit 1 means "a gate check failed": a crash (in a plug-in, or a bug in dpaudit)

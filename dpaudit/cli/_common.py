@@ -37,14 +37,26 @@ NO_PLUGINS = typer.Option(
 )
 
 
-def fail(message: str) -> typer.Exit:
+def fail(message: str | DpauditError) -> typer.Exit:
     """Print one error line to stderr and return the exit to raise (code 2).
 
     The message is made one safe line (control characters shown as escapes, cut to a
-    readable length): it may echo a value from the audit file or a plug-in's text.
+    readable length): it may echo a value from the audit file or a plug-in's text. An
+    error that carries an example (``DpauditError.example``, dpaudit's own text) has its
+    lines printed under it, indented, each a safe line too.
     """
-    err_console.print(f"error: {one_line(message)}", markup=False)
+    print_error(message)
     return typer.Exit(EXIT_BAD_INPUT)
+
+
+def print_error(message: str | DpauditError) -> None:
+    """The error line of :func:`fail` (and the example lines of an error with one)."""
+    if isinstance(message, DpauditError):
+        err_console.print(f"error: {one_line(message.message)}", markup=False)
+        for line in message.example:
+            err_console.print(f"    {one_line(line)}", markup=False)
+    else:
+        err_console.print(f"error: {one_line(message)}", markup=False)
 
 
 def say(line: str) -> None:
@@ -71,7 +83,7 @@ def user_code(run_dir: Path | None = None) -> Iterator[None]:
     try:
         yield
     except DpauditError as exc:
-        raise fail(str(exc)) from None
+        raise fail(exc) from None
     except OSError as exc:  # disk full, permissions, ... while the run was under way
         where = exc.filename or run_dir or "the run"
         raise fail(
@@ -93,7 +105,8 @@ def user_code(run_dir: Path | None = None) -> Iterator[None]:
             say(f"interrupted: {kept}run the same command again to resume")
             raise typer.Exit(EXIT_INTERRUPTED) from None
         if converted is not exc:
-            raise fail(str(converted)) from None
+            shown = converted if isinstance(converted, DpauditError) else str(converted)
+            raise fail(shown) from None
         raise
 
 

@@ -134,7 +134,7 @@ def account_command(
             identify=identify,
         )
     except DpauditError as exc:
-        raise fail(str(exc)) from None
+        raise fail(exc) from None
     if as_json:
         # JSON has no infinity: an unbounded value is null, and its reason says why.
         console.print_json(json.dumps(lib.json_finite(account.to_dict()), allow_nan=False))
@@ -203,7 +203,7 @@ def _equation(
                 amplified={eq.name: amp} if amp is not None else None,
             )
     except DpauditError as exc:
-        raise fail(str(exc)) from None
+        raise fail(exc) from None
     if as_json:
         found = account.to_dict()
         if figure is not None:

@@ -245,7 +245,7 @@ def plan_command(
                 threshold=threshold or THRESHOLD,  # type: ignore[arg-type]  # checked there
             )
     except DpauditError as exc:
-        raise fail(str(exc)) from None
+        raise fail(exc) from None
     if design == "one-run":
         if as_json:
             console.print_json(json.dumps(one.to_dict()))
@@ -368,7 +368,7 @@ def _sequential(
                 seed=seed,
             )
         except DpauditError as exc:
-            raise fail(str(exc)) from None
+            raise fail(exc) from None
         if as_json:
             console.print_json(json.dumps(curve.to_dict()))
             return
@@ -404,7 +404,7 @@ def _sequential(
             seed=seed,
         )
     except DpauditError as exc:
-        raise fail(str(exc)) from None
+        raise fail(exc) from None
     plan, fixed = beside.plan, beside.fixed_trials_per_arm
     if as_json:
         console.print_json(json.dumps(beside.to_dict()))
@@ -461,7 +461,7 @@ def _shuffled(
             seed=seed,
         )
     except DpauditError as exc:
-        raise fail(str(exc)) from None
+        raise fail(exc) from None
     if as_json:
         console.print_json(json.dumps(plan.to_dict()))
         return

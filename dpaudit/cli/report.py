@@ -19,5 +19,5 @@ def report_command(
     try:
         written = lib.render_report_file(run_dir)
     except DpauditError as exc:
-        raise fail(str(exc)) from None
+        raise fail(exc) from None
     console.print(str(written), markup=False, soft_wrap=True)

@@ -128,7 +128,7 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 
 from dpaudit.accounting.upper_bounds import Claim
 from dpaudit.bounds.greybox import GreyBoxObservations
-from dpaudit.errors import ConfigError
+from dpaudit.errors import ConfigError, with_example
 from dpaudit.records import DPSGDRecord
 from dpaudit.theory.whitebox import mixture_log_likelihood_ratio
 from dpaudit.trainers.protocol import CanarySetup, CapturedOutput, TrainerOutput, TrainerSettings
@@ -209,15 +209,19 @@ _NOT_DATA = frozenset({"model", "net", "network", "module", "optimizer", "privac
 def _signature_error(fn: Callable[..., Any], shown: str) -> ConfigError:
     """The one error for a function of a shape the adapter cannot call, with an example.
 
-    One line, so that ``dpaudit run`` and ``validate`` print it whole as their one error
-    line (exit 2) when the audit file's trainer is such a function.
+    One line and a three-line example, which ``dpaudit run`` and ``validate`` print under
+    their error line (exit 2) when the audit file's trainer is such a function.
     """
     name = getattr(fn, "__name__", repr(fn))
-    return ConfigError(
-        f"@opacus_trainer cannot call {name}{shown}: it calls fn(X, y) (float32 features, "
-        "int64 labels) or fn(dataset) (a torch Dataset of (features, label) pairs) and "
-        "needs the trained model back; for example, def train(X, y): build the model, "
-        "optimizer and DataLoader, call make_private, train, and return the model."
+    return with_example(
+        ConfigError(
+            f"@opacus_trainer cannot call {name}{shown}: it calls fn(X, y) (float32 "
+            "features, int64 labels) or fn(dataset) (a torch Dataset of (features, label) "
+            "pairs) and needs the trained model back, for example:"
+        ),
+        "@opacus_trainer",
+        "def train(X, y):  # or def train(dataset):",
+        "    ...  # model, optimizer, DataLoader; make_private; train; return model",
     )
 
 
