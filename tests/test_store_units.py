@@ -102,12 +102,8 @@ def test_a_unit_of_python_objects_is_refused_when_saved(tmp_path: Path) -> None:
     assert not runs.has("u")
 
 
-def test_units_just_written_are_handed_over_without_a_read(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    runs = RunStore(tmp_path, "key")
-    arrays = {f"u{i}": {"x": np.arange(10.0 * (i + 1))} for i in range(3)}
-    digests = {u: runs.save(u, a) for u, a in arrays.items()}
+def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The units read from disk from now on (``RunStore.load_verified``), in order."""
     reads: list[str] = []
     real = RunStore.load_verified
 
@@ -116,6 +112,16 @@ def test_units_just_written_are_handed_over_without_a_read(
         return real(self, unit)
 
     monkeypatch.setattr(RunStore, "load_verified", counted)
+    return reads
+
+
+def test_units_just_written_are_handed_over_without_a_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = RunStore(tmp_path, "key")
+    arrays = {f"u{i}": {"x": np.arange(10.0 * (i + 1))} for i in range(3)}
+    digests = {u: runs.save(u, a) for u, a in arrays.items()}
+    reads = _count_reads(monkeypatch)
     found, kept = read_back(runs, list(arrays))
     assert reads == []
     assert found == digests
@@ -134,19 +140,12 @@ def test_over_the_budget_only_digests_are_kept_and_every_read_is_checked(
     runs = RunStore(tmp_path, "key", keep_bytes=300)
     digests = {f"u{i}": runs.save(f"u{i}", {"x": np.arange(10.0 * (i + 1))}) for i in range(3)}
     assert all(held is None for _, _, held in runs._written.values())
-    reads: list[str] = []
-    real = RunStore.load_verified
-
-    def counted(self: RunStore, unit: str) -> tuple[dict[str, np.ndarray], str]:
-        reads.append(unit)
-        return real(self, unit)
-
-    monkeypatch.setattr(RunStore, "load_verified", counted)
+    reads = _count_reads(monkeypatch)
     found, kept = read_back(runs, list(digests), keep_bytes=300)
     assert found == digests
     assert kept == {}
     assert reads == []  # the digests written are known: nothing is read back to keep
-    monkeypatch.setattr(RunStore, "load_verified", real)
+    monkeypatch.undo()
     outputs = StoredOutputs(runs, found, cache_bytes=0)
     np.testing.assert_array_equal(outputs["u2"]["x"], np.arange(30.0))
     # a unit changed on disk after it was written is never trusted
