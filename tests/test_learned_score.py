@@ -631,7 +631,7 @@ class SpyUnits(Mapping[str, Mapping[str, np.ndarray]]):
 def test_the_streamed_path_fits_on_the_first_units_and_never_counts_them(
     threshold: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(summary_module, "EXACT_TRIALS_LIMIT", 10_000)
+    monkeypatch.setattr(summary_module, "LEARNED_EXACT_LIMIT", 10_000)
     monkeypatch.setattr(summary_module, "GRID_TRIALS", 5_000)
     section = MechanismSection(
         name="plugins.bit_response:respond_buggy",
@@ -672,7 +672,7 @@ def test_the_streamed_path_fits_on_the_first_units_and_never_counts_them(
 def test_too_few_units_to_stream_a_learned_score_use_the_in_memory_path(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(summary_module, "EXACT_TRIALS_LIMIT", 1_000)
+    monkeypatch.setattr(summary_module, "LEARNED_EXACT_LIMIT", 1_000)
     section = MechanismSection(name="randomized-response", p=0.75, score="learned", trials=4_000)
     spec = MechanismSpec(section=section, seed=0, unit_size=2_000, base_dir=".")
     units = {u: mechanism_unit(spec, u) for u in ("mechanism-00000", "mechanism-00001")}
@@ -746,3 +746,36 @@ def test_output_blocks_refuse_blocks_of_different_dimensions() -> None:
         OutputBlocks("negative outputs", [np.zeros((3, 1)), np.zeros((3, 2))])
     with pytest.raises(DpauditError, match="at least one block"):
         OutputBlocks("negative outputs", [])
+
+
+def test_scored_units_score_a_kept_unit_once_and_within_their_budget() -> None:
+    """The grid units a streamed learned score reads twice are scored once (their scores
+    kept, the same arrays), within the budget; other units are scored at every read."""
+    rng = np.random.default_rng(0)
+    units = {
+        f"mechanism-{i:05d}": {
+            "negative": rng.normal(size=(100, 1)),
+            "positive": rng.normal(size=(100, 1)),
+        }
+        for i in range(4)
+    }
+    calls: list[int] = []
+
+    def score(out: np.ndarray) -> np.ndarray:
+        calls.append(out.shape[0])
+        return out[:, 0] * 2.0
+
+    names = list(units)
+    scored = summary_module.ScoredUnits(units, names, score, keep=names[:2], keep_bytes=1600)
+    first = scored[names[0]]
+    assert scored[names[0]] is first  # kept: not scored again
+    assert len(calls) == 2
+    np.testing.assert_array_equal(first["negative"], units[names[0]]["negative"][:, 0] * 2.0)
+    scored[names[1]]
+    scored[names[1]]
+    assert len(calls) == 6  # 1600 bytes keep one unit's 2 × 800: the second is scored twice
+    scored[names[2]]
+    scored[names[2]]
+    assert len(calls) == 10  # not a grid unit: never kept
+    with pytest.raises(KeyError):
+        scored["mechanism-00009"]

@@ -99,3 +99,22 @@ def test_sorted_histogram_counts_are_numpys_histogram_of_the_clipped_scores(
     got = sorted_histogram_counts(np.sort(values), edges)
     assert got.tolist() == expected.tolist()
     assert int(got.sum()) == values.size
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    scores=st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=1, max_size=500),
+    low=st.floats(-10.0, 10.0),
+    width=st.floats(1e-3, 100.0),
+    bins=st.integers(1, 80),
+    at_edges=st.integers(0, 20),
+)
+def test_histogram_counts_on_equal_width_edges_are_numpys_counts_on_those_edges(
+    scores: list[float], low: float, width: float, bins: int, at_edges: int
+) -> None:
+    """numpy's arithmetic binning of equal-width edges gives the counts of the edges
+    themselves (scores on edges and beyond both ends included), as the array form does."""
+    edges = np.linspace(low, low + width, bins + 1)
+    values = np.array(scores + edges[np.arange(at_edges) % edges.size].tolist())
+    expected = np.histogram(np.clip(values, edges[0], edges[-1]), edges)[0]
+    assert histogram_counts(values, edges).tolist() == expected.tolist()

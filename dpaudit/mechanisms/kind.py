@@ -30,7 +30,12 @@ from dpaudit.kinds.base import (
 )
 from dpaudit.mechanisms import search, sequential, summary
 from dpaudit.mechanisms.auto_score import choose_score, resolved
-from dpaudit.mechanisms.schema import EXACT_TRIALS_LIMIT, LEARNED, MechanismSection
+from dpaudit.mechanisms.schema import (
+    EXACT_TRIALS_LIMIT,
+    LEARNED,
+    LEARNED_EXACT_LIMIT,
+    MechanismSection,
+)
 from dpaudit.mechanisms.units import (
     MechanismSpec,
     build_mechanism,
@@ -80,7 +85,8 @@ class MechanismKind(AuditKind[MechanismSection]):
 
     def size_notes(self, section: MechanismSection, context: RunContext) -> list[str]:
         section = _scored(section, context)
-        if section.trials <= EXACT_TRIALS_LIMIT:
+        limit = LEARNED_EXACT_LIMIT if section.score == LEARNED else EXACT_TRIALS_LIMIT
+        if section.trials <= limit:
             return []
         size = min(context.unit_size, section.trials)
         units = -(-section.trials // size)
@@ -91,7 +97,7 @@ class MechanismKind(AuditKind[MechanismSection]):
                 f"each holding raw outputs: about {disk / 2**30:.2g} GiB of unit files per "
                 f"output coordinate; the score is fitted on the first units, and memory stays "
                 f"near one unit's outputs plus the fitting trials (units are read one at a "
-                f"time above {EXACT_TRIALS_LIMIT:,} trials per arm)"
+                f"time above {LEARNED_EXACT_LIMIT:,} trials per arm)"
             ]
         return [
             f"mechanism: {section.trials:,} trials per arm in {units:,} units of {size:,}: about "

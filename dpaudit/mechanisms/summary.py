@@ -20,8 +20,9 @@ units hold):
   :func:`streamed_bounds`). Every count-to-bound step is in :mod:`dpaudit.bounds`.
 
 With ``score = "learned"`` the units hold raw outputs and a score is first fitted on
-trials that are never counted (:func:`learned_bounds`): in memory, a seeded share of each
-arm's trials (:func:`dpaudit.bounds.learned_lower_bounds`); streamed, the first units by
+trials that are never counted (:func:`learned_bounds`): in memory (up to
+:data:`LEARNED_EXACT_LIMIT` = 2¹⁸ trials per arm), a seeded share of each arm's trials
+(:func:`dpaudit.bounds.learned_lower_bounds`); streamed (above it), the first units by
 index (:func:`learned_streamed`). Either way the rest goes through the path above.
 
 Where the claim declares an exact trade-off curve (:func:`declared_curve`: a 1-D Laplace
@@ -36,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -80,6 +81,7 @@ from dpaudit.mechanisms.schema import (
     FIT_TRIALS_LIMIT,
     GAUSSIAN,
     LEARNED,
+    LEARNED_EXACT_LIMIT,
     LOCAL,
     MechanismSection,
 )
@@ -96,6 +98,7 @@ from dpaudit.results import (
     score_summary_from_counts,
     theory_curves,
 )
+from dpaudit.store import KEEP_BYTES
 from dpaudit.theory import gdp_mu
 from dpaudit.theory.identification import IDENTIFIABLE_MECHANISMS, identify_mechanism
 from dpaudit.tradeoff import GridCounts, as_scores
@@ -443,7 +446,7 @@ def learned_bounds(
 ) -> tuple[EpsilonBound, MuBound, TestSummary, tuple[str, ...], Evidence]:
     """``score = "learned"``: fit a score on trials that are never counted, then bound.
 
-    The units hold raw outputs. In memory (up to :data:`EXACT_TRIALS_LIMIT` trials per
+    The units hold raw outputs. In memory (up to :data:`LEARNED_EXACT_LIMIT` trials per
     arm, or fewer than three units) the fitting trials are a seeded share of each arm
     (:func:`~dpaudit.bounds.learned_lower_bounds`); above it, the first units
     (:func:`learned_streamed`). Returns the bounds, the test's summary of the scored
@@ -452,7 +455,7 @@ def learned_bounds(
     """
     learner = section.learner or "auto"
     fraction = section.fit_fraction if section.fit_fraction is not None else FIT_FRACTION
-    if section.trials > EXACT_TRIALS_LIMIT and len(outputs) >= 3:
+    if section.trials > LEARNED_EXACT_LIMIT and len(outputs) >= 3:
         return learned_streamed(
             section,
             context,
@@ -506,19 +509,42 @@ def learned_bounds(
 
 class ScoredUnits(Mapping[str, Mapping[str, np.ndarray]]):
     """Stored units of raw outputs seen through a fitted score: each unit is read and
-    scored when it is asked for, and nothing is kept (the streamed path's memory)."""
+    scored when it is asked for.
 
-    def __init__(self, outputs: Outputs, units: Sequence[str], score: Scorer) -> None:
+    The scores of the units in ``keep`` (the grid units, which :func:`stream_counts` reads
+    twice) are kept after their first scoring while together they fit in ``keep_bytes``,
+    so that they are not scored twice; nothing else is kept (the streamed path's memory:
+    one unit, plus at most ``keep_bytes`` of kept scores).
+    """
+
+    def __init__(
+        self,
+        outputs: Outputs,
+        units: Sequence[str],
+        score: Scorer,
+        *,
+        keep: Collection[str] = (),
+        keep_bytes: int = KEEP_BYTES,
+    ) -> None:
         self._outputs, self._units, self._score = outputs, tuple(units), score
+        self._keep, self._room = frozenset(keep), keep_bytes
+        self._kept: dict[str, Mapping[str, np.ndarray]] = {}
 
     def __getitem__(self, unit: str) -> Mapping[str, np.ndarray]:
         if unit not in self._units:
             raise KeyError(unit)
+        if unit in self._kept:
+            return self._kept[unit]
         part = self._outputs[unit]
-        return {
+        scored = {
             "negative": score_with(self._score, np.asarray(part["negative"]), "negative scores"),
             "positive": score_with(self._score, np.asarray(part["positive"]), "positive scores"),
         }
+        size = scored["negative"].nbytes + scored["positive"].nbytes
+        if unit in self._keep and size <= self._room:
+            self._kept[unit] = scored
+            self._room -= size
+        return scored
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._units)
@@ -552,7 +578,7 @@ def learned_streamed(
     level: float,
     label: str,
 ) -> tuple[EpsilonBound, MuBound, TestSummary, tuple[str, ...], Evidence]:
-    """The learned score above :data:`EXACT_TRIALS_LIMIT` trials per arm.
+    """The learned score above :data:`LEARNED_EXACT_LIMIT` trials per arm.
 
     The first units (:func:`fit_units`; their first ``min(fraction·trials,
     FIT_TRIALS_LIMIT)`` trials per arm) fit the score and are never read again; every
@@ -579,7 +605,7 @@ def learned_streamed(
     del arms
     rest = tuple(u for u in sorted(outputs, key=unit_index) if u not in set(fitting))
     design = unit_design(rest, threshold=section.threshold, unit_size=context.unit_size)
-    counts = stream_counts(ScoredUnits(outputs, rest, score), design)
+    counts = stream_counts(ScoredUnits(outputs, rest, score, keep=design.grid_units), design)
     eps_lb, mu_lb = streamed_bounds(counts, delta=delta, confidence_level=level)
     fit = {
         "fit_negatives": score.fit_negatives,

@@ -555,7 +555,14 @@ def histogram_counts(scores: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Counts of ``scores`` in the bins of ``edges``; outliers are counted in the end
     bins, so the counts still add up to the trials (and counts of disjoint samples add)."""
     lo, hi = float(edges[0]), float(edges[-1])
-    return np.histogram(np.clip(scores, lo, hi), edges)[0]
+    clipped = np.clip(scores, lo, hi)
+    bins = edges.size - 1
+    if hi > lo and np.array_equal(edges, np.linspace(lo, hi, bins + 1)):
+        # Equal-width edges (histogram_edges' own): numpy bins by arithmetic, corrected
+        # against exactly these edges, so the counts are those of the edges, without
+        # the sort numpy does for edges given as an array.
+        return np.histogram(clipped, bins=bins, range=(lo, hi))[0]
+    return np.histogram(clipped, edges)[0]
 
 
 def sorted_histogram_counts(sorted_scores: np.ndarray, edges: np.ndarray) -> np.ndarray:
