@@ -111,16 +111,21 @@ def test_a_claim_for_the_noise_asked_fails_from_one_model_per_arm(tmp_path: Path
     assert 2.1 < claimed < 2.2
     assert 100 < ran < 110
     # The run's losses span more than 100 nats, so its PLDs are built on a wider step
-    # (accounting.WIDE_PLD_POINTS): the optimistic floor, a lower estimate below ε, then
-    # differs from ε in the 4th digit and the line says it.
+    # (accounting.WIDE_PLD_POINTS): the optimistic floor, a lower estimate below ε, is
+    # 107.16 here (ε 107.22), and the line adds "(at least …)" only where the two differ
+    # in their 4th digit, which the last bits of numpy's exp and log (CPU-dependent SIMD
+    # paths) decide at 107.15: the floor is read from the accountant, not assumed.
+    floor = accounting.epsilon_floor(
+        accounting.dpsgd_event(noise_multiplier=0.22, sampling_rate=20 / 460, steps=69),
+        delta=1e-5,
+    )
+    assert 107.0 < floor < ran
+    at_least = "" if f"{floor:.4g}" == f"{ran:.4g}" else f" (at least {floor:.4g})"
     said = (
         f"the claim states ε = {claimed:.4g} at δ = 1e-05; what ran (σ 0.22, q 0.0435, 69 "
-        f"steps) has ε = {ran:.4g} at that δ by the PLD accountant (at least "
+        f"steps) has ε = {ran:.4g} at that δ by the PLD accountant{at_least}, so the claim "
+        "does not hold"
     )
-    assert fails[0].startswith(f"FAIL claim_vs_records: {said}")
-    floor = float(fails[0].removeprefix(f"FAIL claim_vs_records: {said}").split(")")[0])
-    assert 100 < floor < ran
-    said += f"{floor:.4g}), so the claim does not hold"
     assert fails[0] == f"FAIL claim_vs_records: {said} (deterministic)"
     # The verdict's words name this check, not a bound above its upper bound.
     import json
