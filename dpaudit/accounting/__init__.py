@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 __all__ = [
     "ACCOUNTANTS",
     "DEFAULT_VALUE_DISCRETIZATION_INTERVAL",
+    "FLAT_PLD_POINTS",
     "MAX_PLD_POINTS",
     "MAX_PLD_SPAN",
     "WIDE_PLD_POINTS",
@@ -63,6 +64,7 @@ if TYPE_CHECKING:  # the names as static type checkers should see them
     from dpaudit.accounting._accountants import (
         ACCOUNTANTS,
         DEFAULT_VALUE_DISCRETIZATION_INTERVAL,
+        FLAT_PLD_POINTS,
         MAX_PLD_POINTS,
         MAX_PLD_SPAN,
         WIDE_PLD_POINTS,
