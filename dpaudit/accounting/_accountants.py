@@ -97,8 +97,8 @@ WIDE_PLD_POINTS = 100_000
 # 10⁶ points, and the Opacus tutorial's audit peaked at 720 MB at σ = 0.3 against 583 MB
 # at σ = 1. At 2·10⁵ every support holds at most this many points, so memory is flat in
 # σ. The wider step stays pessimistic (an upper bound at every step); what it adds to ε,
-# measured against the 1e-4 step with dp-accounting: 1.6e-8 relative at σ = 0.8, q = 1/4,
-# T = 8; 7.6e-7 at σ = 0.6, q = 0.02, T = 500; 3.1e-5 at σ = 1, q = 0.01, T = 1000.
+# measured against the 1e-4 step with dp-accounting: 9.2e-9 relative at σ = 0.8, q = 1/4,
+# T = 8; 1.3e-6 at σ = 0.6, q = 0.02, T = 500; 1.2e-5 at σ = 1, q = 0.01, T = 1000.
 FLAT_PLD_POINTS = 200_000
 # Widest PLD loss step used (nats): dp-accounting's connect-the-dots divides by
 # e^step − 1, which overflows past 709. A run that needs a wider one is bounded without a
