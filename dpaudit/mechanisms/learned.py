@@ -376,9 +376,15 @@ def spline_basis(spline: Any, column: np.ndarray) -> np.ndarray:
     if not np.isfinite(column).all():
         return np.asarray(spline.transform(column.reshape(-1, 1)))
     basis = spline.bsplines_[0]
+    inside = np.clip(column, *_outer_knots(basis))
+    return np.asarray(BSpline.design_matrix(inside, basis.t, int(basis.k)).toarray())
+
+
+def _outer_knots(basis: BSpline) -> tuple[float, float]:
+    """The outermost knots ``t[k]`` and ``t[-k-1]`` of a spline basis: beyond them
+    ``extrapolation="constant"`` holds the basis at its value there."""
     k = int(basis.k)
-    inside = np.clip(column, basis.t[k], basis.t[-k - 1])
-    return np.asarray(BSpline.design_matrix(inside, basis.t, k).toarray())
+    return float(basis.t[k]), float(basis.t[-k - 1])
 
 
 @dataclass(frozen=True)
@@ -441,7 +447,7 @@ class _AdditiveFeatures:
             width = basis.c.shape[1]
             k = int(basis.k)
             spline = BSpline(basis.t, np.array(coef[at : at + width], dtype=float), k)
-            terms.append((0.0, spline, float(basis.t[k]), float(basis.t[-k - 1])))
+            terms.append((0.0, spline, *_outer_knots(basis)))
             at += width
         return _AdditiveScore(self, np.array(coef, dtype=float), float(intercept), tuple(terms))
 

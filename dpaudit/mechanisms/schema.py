@@ -53,7 +53,7 @@ FIT_TRIALS_LIMIT = 100_000
 #: the first units, a grid of thresholds from units set aside, counts unit by unit) instead
 #: of searching every distinct threshold in memory. At 10⁶ trials per arm the streamed
 #: bounds were within the seed-to-seed spread of the in-memory ones on a Gaussian, a
-#: noisy max and a sparse vector (``benchmarks/dpsniper_compare.py``), in 55–75% of the
+#: noisy max and a sparse vector (``benchmarks/dpsniper_compare.py``), in 72–80% of the
 #: CPU and one unit's memory.
 LEARNED_EXACT_LIMIT = 1 << 18
 #: Unary encoding's report is k bits; a learned score holds them all, so k is capped.

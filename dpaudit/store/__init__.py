@@ -241,8 +241,8 @@ class UnitRejected(Exception):
 #: Bytes of unit arrays a run keeps in memory once it has them (the units it has just
 #: written, and the units its bounds read): up to this, a unit is neither read back from
 #: disk nor decoded twice; above it, units are read one at a time. A mechanism audit's
-#: learned score holds all its outputs at once up to 10⁶ trials per arm (16 MB per
-#: output coordinate), so the budget lets such an audit keep up to 16 coordinates.
+#: learned score holds all its outputs at once up to 2¹⁸ trials per arm (4 MB per output
+#: coordinate and arm), so the budget keeps such an audit's units for up to 32 coordinates.
 KEEP_BYTES = 256 << 20
 
 
